@@ -1,0 +1,342 @@
+package analytics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Tracker is the set of methods an application uses to send events. *Client
+// implements it; so does the fake in package analyticstest, so code that
+// depends on Tracker can be tested without a server.
+type Tracker interface {
+	Track(Track) error
+	Identify(Identify) error
+	Group(Group) error
+	Page(Page) error
+	Screen(Screen) error
+	Alias(Alias) error
+	Enqueue(Message) error
+	Flush(context.Context) error
+	Close(context.Context) error
+}
+
+var _ Tracker = (*Client)(nil)
+
+// Client sends events to a Segment-compatible tracking API. Create it with
+// New; all methods are safe for concurrent use.
+//
+// The enqueue methods (Track, Identify, Group, Page, Screen, Alias, Enqueue)
+// validate and encode the event, stamp messageId and timestamp when they are
+// empty, and queue it without blocking and without I/O. A nil error means
+// the event was accepted: it will get exactly one disposition, reported
+// through the callbacks. An error means it was rejected: it is never sent and
+// gets no callback.
+//
+// # Callbacks
+//
+// OnSuccess and OnError (see WithOnSuccess, WithOnError) run on the client's
+// consumer goroutines, or on the goroutine that called Close for events
+// handed back at shutdown. Calls for one batch happen after its last
+// attempt; calls for different batches may run concurrently when Consumers
+// > 1 and are ordered only per consumer. A callback must return quickly: the
+// consumer does no other work while it runs. A panicking callback is
+// recovered and logged; the consumer keeps running.
+type Client struct {
+	cfg  Config
+	log  *zap.Logger
+	q    *queue
+	gate *rateLimitGate
+
+	onSuccess func([]Message)
+	onError   func(error, []Message)
+
+	closed        atomic.Bool   // fast path for enqueue after Close
+	quit          chan struct{} // closed by Close once everything has a disposition
+	stop          context.Context
+	cancelStop    context.CancelFunc // interrupts waits and requests (Close deadline)
+	assembleToken chan struct{}
+	consumers     sync.WaitGroup
+
+	stats     counters
+	dropMu    sync.Mutex
+	dropsSeen int64     // drops already reported
+	dropLast  time.Time // last aggregated drop warning
+}
+
+// New returns a started Client that sends to writeKey's source. Invalid
+// options make it return a *ConfigError naming the field. The client starts
+// its consumer goroutines at once; call Close to stop them.
+func New(writeKey string, opts ...Option) (*Client, error) {
+	s, err := resolve(writeKey, opts)
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{
+		cfg:           s.Config,
+		log:           s.logger,
+		q:             newQueue(s.QueueCapacity),
+		gate:          &rateLimitGate{limit: s.MaxRateLimitDuration},
+		onSuccess:     s.onSuccess,
+		onError:       s.onError,
+		quit:          make(chan struct{}),
+		assembleToken: make(chan struct{}, 1),
+	}
+	c.stop, c.cancelStop = context.WithCancel(context.Background())
+	c.assembleToken <- struct{}{}
+	httpClient := newHTTPClient(&s)
+	c.consumers.Add(s.Consumers)
+	for i := 0; i < s.Consumers; i++ {
+		w := &consumer{c: c, sender: newSender(&s, httpClient)}
+		go w.run()
+	}
+	c.log.Debug("analytics client started", zap.Stringer("config", c.cfg))
+	return c, nil
+}
+
+// Config returns the effective configuration (without the write key).
+func (c *Client) Config() Config { return c.cfg }
+
+// Track enqueues a track event. See Client for the contract; errors are
+// *MessageError (ErrInvalidMessage), ErrEventTooLarge, ErrQueueFull and
+// ErrClosed.
+func (c *Client) Track(m Track) error {
+	if err := m.Validate(); err != nil {
+		return err
+	}
+	stamp(&m.MessageID, &m.Timestamp)
+	return c.enqueue(m)
+}
+
+// Identify enqueues an identify event; errors as for Track.
+func (c *Client) Identify(m Identify) error {
+	if err := m.Validate(); err != nil {
+		return err
+	}
+	stamp(&m.MessageID, &m.Timestamp)
+	return c.enqueue(m)
+}
+
+// Group enqueues a group event; errors as for Track.
+func (c *Client) Group(m Group) error {
+	if err := m.Validate(); err != nil {
+		return err
+	}
+	stamp(&m.MessageID, &m.Timestamp)
+	return c.enqueue(m)
+}
+
+// Page enqueues a page event; errors as for Track.
+func (c *Client) Page(m Page) error {
+	if err := m.Validate(); err != nil {
+		return err
+	}
+	stamp(&m.MessageID, &m.Timestamp)
+	return c.enqueue(m)
+}
+
+// Screen enqueues a screen event; errors as for Track.
+func (c *Client) Screen(m Screen) error {
+	if err := m.Validate(); err != nil {
+		return err
+	}
+	stamp(&m.MessageID, &m.Timestamp)
+	return c.enqueue(m)
+}
+
+// Alias enqueues an alias event; errors as for Track.
+func (c *Client) Alias(m Alias) error {
+	if err := m.Validate(); err != nil {
+		return err
+	}
+	stamp(&m.MessageID, &m.Timestamp)
+	return c.enqueue(m)
+}
+
+// Enqueue enqueues any Message (a value or a non-nil pointer of one of the
+// six types); errors as for Track.
+func (c *Client) Enqueue(m Message) error {
+	switch v := m.(type) {
+	case Track:
+		return c.Track(v)
+	case *Track:
+		if v != nil {
+			return c.Track(*v)
+		}
+	case Identify:
+		return c.Identify(v)
+	case *Identify:
+		if v != nil {
+			return c.Identify(*v)
+		}
+	case Group:
+		return c.Group(v)
+	case *Group:
+		if v != nil {
+			return c.Group(*v)
+		}
+	case Page:
+		return c.Page(v)
+	case *Page:
+		if v != nil {
+			return c.Page(*v)
+		}
+	case Screen:
+		return c.Screen(v)
+	case *Screen:
+		if v != nil {
+			return c.Screen(*v)
+		}
+	case Alias:
+		return c.Alias(v)
+	case *Alias:
+		if v != nil {
+			return c.Alias(*v)
+		}
+	}
+	return &MessageError{Type: "unknown", Field: "Message", Reason: "must be a non-nil Track, Identify, Group, Page, Screen or Alias"}
+}
+
+// stamp fills the fields the SDK owns, never overwriting the caller's (R2).
+func stamp(id *string, ts *time.Time) {
+	if *id == "" {
+		*id = newMessageID()
+	}
+	if ts.IsZero() {
+		*ts = time.Now()
+	}
+}
+
+var encoderPool = sync.Pool{New: func() any { return &encoder{buf: make([]byte, 0, 1024)} }}
+
+// enqueue encodes m once and queues it (R43, R45). m is already stamped.
+func (c *Client) enqueue(m Message) error {
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	e := encoderPool.Get().(*encoder)
+	e.buf, e.err = e.buf[:0], nil
+	err := m.appendJSON(e)
+	var data []byte
+	if err == nil && len(e.buf) > MaxEventBytes {
+		err = fmt.Errorf("%w: %d bytes of JSON, limit %d", ErrEventTooLarge, len(e.buf), MaxEventBytes)
+	}
+	if err == nil {
+		data = make([]byte, len(e.buf))
+		copy(data, e.buf)
+	}
+	if cap(e.buf) <= 64<<10 {
+		encoderPool.Put(e)
+	}
+	if err != nil {
+		var me *MessageError
+		if errors.As(err, &me) {
+			me.Type = m.Type()
+		}
+		return err
+	}
+	err = c.q.push(event{msg: m, data: data})
+	if err == ErrQueueFull {
+		c.stats.dropped.Add(1)
+	}
+	return err
+}
+
+// Flush closes the open batch and waits until every event accepted before
+// the call has its disposition (delivered, failed or handed back), including
+// events that wait for a retry or a rate-limit deadline. It returns nil then,
+// or an error wrapping ctx.Err() when ctx ends first; nothing is handed back
+// in that case and delivery goes on. Flush may be called any number of
+// times, concurrently. After Close it returns ErrClosed (R41).
+func (c *Client) Flush(ctx context.Context) error {
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	done := c.q.mark()
+	if done == nil {
+		return nil
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("analytics: flush: %w", ctx.Err())
+	}
+}
+
+// closeGrace bounds how long Close waits for consumers after its context
+// ended, so it returns within the deadline + 0.5 s (R39) even when a
+// callback is slow.
+const closeGrace = 400 * time.Millisecond
+
+// Close stops the client (R39). Later enqueue calls return ErrClosed. Close
+// uploads everything queued with the normal policy (backoff, Retry-After,
+// budgets) and returns nil once every accepted event has its disposition.
+// If ctx ends first, Close interrupts every wait, cancels requests in
+// flight, hands every event without a disposition back through OnError
+// with ErrShutdownInterrupted, and returns an error wrapping
+// ErrShutdownInterrupted that says how many events were handed back. It
+// returns no later than ctx's deadline plus 0.5 s. Delivery failures are
+// reported through OnError only. A second Close returns ErrClosed.
+func (c *Client) Close(ctx context.Context) error {
+	if !c.q.close() {
+		return ErrClosed
+	}
+	c.closed.Store(true)
+	handedBefore := c.stats.handedBack.Load()
+
+	interrupted := false
+	if done := c.q.mark(); done != nil {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			interrupted = true
+		}
+	}
+	if interrupted {
+		c.cancelStop()
+	}
+	close(c.quit)
+
+	exited := make(chan struct{})
+	go func() { c.consumers.Wait(); close(exited) }()
+	if interrupted {
+		c.waitGrace(exited)
+	} else {
+		select {
+		case <-exited:
+		case <-ctx.Done():
+			interrupted = true
+			c.cancelStop()
+			c.waitGrace(exited)
+		}
+	}
+	c.cancelStop()
+	if rest := c.q.drain(); len(rest) > 0 {
+		c.settle(rest, &DeliveryError{Reason: ErrShutdownInterrupted})
+	}
+	c.reportDrops()
+	n := c.stats.handedBack.Load() - handedBefore
+	if n == 0 && !(interrupted && c.q.outstanding() > 0) {
+		return nil
+	}
+	if cause := context.Cause(ctx); cause != nil {
+		return fmt.Errorf("%w: %d event(s) handed back: %w", ErrShutdownInterrupted, n, cause)
+	}
+	return fmt.Errorf("%w: %d event(s) handed back", ErrShutdownInterrupted, n)
+}
+
+func (c *Client) waitGrace(exited <-chan struct{}) {
+	t := time.NewTimer(closeGrace)
+	defer t.Stop()
+	select {
+	case <-exited:
+	case <-t.C:
+		c.log.Error("consumers did not stop within the shutdown grace period; a callback may be blocking")
+	}
+}

@@ -1,0 +1,335 @@
+package analytics
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Defaults of the configuration (SPEC §2). Each can be changed with the
+// matching With… option; an unset option takes the default.
+const (
+	// DefaultEndpoint is the tracking API the client sends to.
+	DefaultEndpoint = "https://api.segment.io"
+	// DefaultFlushAt is the number of events that closes a batch.
+	DefaultFlushAt = 250
+	// DefaultFlushInterval is how long a batch may stay open after its first event.
+	DefaultFlushInterval = 5 * time.Second
+	// DefaultQueueCapacity is how many accepted events may wait for a consumer.
+	DefaultQueueCapacity = 10_000
+	// DefaultConsumers is the number of upload goroutines.
+	DefaultConsumers = 2
+	// DefaultHTTPTimeout bounds one HTTP attempt.
+	DefaultHTTPTimeout = 10 * time.Second
+	// DefaultMaxRetries is the number of counted (backoff) retries of a batch.
+	DefaultMaxRetries = 10
+	// DefaultMaxTotalBackoffDuration bounds the time from a batch's first
+	// counted failure to its last counted retry decision.
+	DefaultMaxTotalBackoffDuration = 12 * time.Hour
+	// DefaultMaxRateLimitDuration bounds one rate-limit episode.
+	DefaultMaxRateLimitDuration = 12 * time.Hour
+
+	// MaxRetryAfter caps a server's Retry-After: longer values are waited as
+	// this long (R24).
+	MaxRetryAfter = 300 * time.Second
+	// MaxEventBytes is the largest accepted event, as encoded JSON (R45).
+	MaxEventBytes = 32 * 1024
+	// MaxBatchBytes is the largest request body the client sends (R45).
+	MaxBatchBytes = 500_000
+
+	// batchEventBytes is where a batch closes: its events (with separators)
+	// never exceed it, leaving room in MaxBatchBytes for the envelope.
+	batchEventBytes = 475_000
+)
+
+// BackoffPolicy describes the counted-retry delays (R26). The client uses
+// the values of DefaultBackoffPolicy; they are exposed so support can read
+// the effective configuration.
+type BackoffPolicy struct {
+	InitialInterval     time.Duration
+	Multiplier          float64
+	MaxInterval         time.Duration
+	RandomizationFactor float64
+	// MaxElapsedTime is 0: the library's own limit is disabled because the
+	// client enforces MaxRetries and MaxTotalBackoffDuration itself.
+	MaxElapsedTime time.Duration
+}
+
+// DefaultBackoffPolicy returns the backoff of SPEC §2: 500 ms × 2 up to
+// 60 s, ±10 % jitter, no elapsed-time limit.
+func DefaultBackoffPolicy() BackoffPolicy {
+	return BackoffPolicy{
+		InitialInterval:     500 * time.Millisecond,
+		Multiplier:          2,
+		MaxInterval:         60 * time.Second,
+		RandomizationFactor: 0.1,
+		MaxElapsedTime:      0,
+	}
+}
+
+// Config is the effective configuration of a Client, as returned by
+// Client.Config. It never contains the write key, so it is safe to log or
+// attach to a support request.
+type Config struct {
+	Endpoint                string
+	FlushAt                 int
+	FlushInterval           time.Duration
+	QueueCapacity           int
+	Consumers               int
+	HTTPTimeout             time.Duration
+	MaxRetries              int
+	MaxTotalBackoffDuration time.Duration
+	MaxRateLimitDuration    time.Duration
+	Gzip                    bool
+	Backoff                 BackoffPolicy
+	MaxEventBytes           int
+	MaxBatchBytes           int
+	// CustomHTTPClient reports whether WithHTTPClient was used.
+	CustomHTTPClient bool
+}
+
+// String renders the configuration on one line for logs.
+func (c Config) String() string {
+	return fmt.Sprintf("endpoint=%s flushAt=%d flushInterval=%s queueCapacity=%d consumers=%d httpTimeout=%s "+
+		"maxRetries=%d maxTotalBackoffDuration=%s maxRateLimitDuration=%s gzip=%t",
+		c.Endpoint, c.FlushAt, c.FlushInterval, c.QueueCapacity, c.Consumers, c.HTTPTimeout,
+		c.MaxRetries, c.MaxTotalBackoffDuration, c.MaxRateLimitDuration, c.Gzip)
+}
+
+// ConfigError reports an invalid option given to New. Field names the
+// setting (for example "MaxRetries").
+type ConfigError struct {
+	Field  string
+	Value  any
+	Reason string
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("analytics: invalid %s (%v): %s", e.Field, e.Value, e.Reason)
+}
+
+// settings is everything New needs; options write into it.
+type settings struct {
+	Config
+	writeKey   string
+	httpClient *http.Client
+	logger     *zap.Logger
+	onSuccess  func(events []Message)
+	onError    func(err error, events []Message)
+	errs       []error
+}
+
+// Option configures a Client in New. Options are applied in order; a later
+// option overrides an earlier one.
+type Option interface {
+	apply(*settings)
+}
+
+type optionFunc func(*settings)
+
+func (f optionFunc) apply(s *settings) { f(s) }
+
+func invalid(field string, value any, reason string) *ConfigError {
+	return &ConfigError{Field: field, Value: value, Reason: reason}
+}
+
+// WithEndpoint sets the base URL of the tracking API (default
+// DefaultEndpoint). The client posts to Endpoint + "/v1/batch"; one trailing
+// slash is removed (R1). It must be an absolute http or https URL.
+func WithEndpoint(endpoint string) Option {
+	return optionFunc(func(s *settings) { s.Endpoint = endpoint })
+}
+
+// WithFlushAt sets how many events close a batch (default 250, at least 1).
+func WithFlushAt(n int) Option {
+	return optionFunc(func(s *settings) {
+		if n < 1 {
+			s.errs = append(s.errs, invalid("FlushAt", n, "must be at least 1"))
+		}
+		s.FlushAt = n
+	})
+}
+
+// WithFlushInterval sets how long a batch may stay open after a consumer
+// took its first event (default 5 s; must be positive).
+func WithFlushInterval(d time.Duration) Option {
+	return optionFunc(func(s *settings) {
+		if d <= 0 {
+			s.errs = append(s.errs, invalid("FlushInterval", d, "must be positive"))
+		}
+		s.FlushInterval = d
+	})
+}
+
+// WithQueueCapacity sets how many accepted events may wait for a consumer
+// (default 10 000, at least 1). When that many wait, enqueue calls return
+// ErrQueueFull. Re-queued rate-limited batches never count (R44).
+func WithQueueCapacity(n int) Option {
+	return optionFunc(func(s *settings) {
+		if n < 1 {
+			s.errs = append(s.errs, invalid("QueueCapacity", n, "must be at least 1"))
+		}
+		s.QueueCapacity = n
+	})
+}
+
+// WithConsumers sets the number of upload goroutines (default 2, at least
+// 1). All of them share one queue and one rate-limit gate.
+func WithConsumers(n int) Option {
+	return optionFunc(func(s *settings) {
+		if n < 1 {
+			s.errs = append(s.errs, invalid("Consumers", n, "must be at least 1"))
+		}
+		s.Consumers = n
+	})
+}
+
+// WithHTTPTimeout bounds each HTTP attempt (default 10 s; must be
+// positive). A timed-out attempt is a retryable transport error (R8, R14).
+func WithHTTPTimeout(d time.Duration) Option {
+	return optionFunc(func(s *settings) {
+		if d <= 0 {
+			s.errs = append(s.errs, invalid("HTTPTimeout", d, "must be positive"))
+		}
+		s.HTTPTimeout = d
+	})
+}
+
+// WithMaxRetries sets how many counted (backoff) retries a batch may make
+// (default 10). 0 means one attempt and no counted retry; negative values
+// fail New. Retries asked for by a usable Retry-After never count (R27, R30).
+func WithMaxRetries(n int) Option {
+	return optionFunc(func(s *settings) {
+		if n < 0 {
+			s.errs = append(s.errs, invalid("MaxRetries", n, "must not be negative"))
+		}
+		s.MaxRetries = n
+	})
+}
+
+// WithMaxTotalBackoffDuration bounds the time from a batch's first counted
+// failure to a counted retry decision (default 12 h): when at least this much
+// has elapsed, the batch fails with ErrBackoffDurationExceeded. 0 means no
+// counted retry; negative values fail New (R28). With the default MaxRetries
+// the schedule ends after about 268 s, so this only matters when MaxRetries
+// is raised.
+func WithMaxTotalBackoffDuration(d time.Duration) Option {
+	return optionFunc(func(s *settings) {
+		if d < 0 {
+			s.errs = append(s.errs, invalid("MaxTotalBackoffDuration", d, "must not be negative"))
+		}
+		s.MaxTotalBackoffDuration = d
+	})
+}
+
+// WithMaxRateLimitDuration bounds a rate-limit episode (default 12 h): when
+// the server has kept answering with a usable Retry-After for this long,
+// every batch waiting to be re-sent fails with ErrRateLimitDurationExceeded
+// and sending resumes. 0 fails a batch at its first usable Retry-After;
+// negative values fail New (R35).
+func WithMaxRateLimitDuration(d time.Duration) Option {
+	return optionFunc(func(s *settings) {
+		if d < 0 {
+			s.errs = append(s.errs, invalid("MaxRateLimitDuration", d, "must not be negative"))
+		}
+		s.MaxRateLimitDuration = d
+	})
+}
+
+// WithGzip compresses request bodies and sets Content-Encoding: gzip
+// (default off).
+func WithGzip(enabled bool) Option {
+	return optionFunc(func(s *settings) { s.Gzip = enabled })
+}
+
+// WithHTTPClient sets the HTTP client used for uploads (default: a client
+// with a clone of http.DefaultTransport). The client is copied, not changed:
+// the copy gets the SDK's redirect policy (307/308 followed, 301/302/303 and
+// other 3xx reported as failures, R11). Per-attempt timeouts come from
+// WithHTTPTimeout; the client's own Timeout, if set, also applies. A nil
+// client fails New.
+func WithHTTPClient(c *http.Client) Option {
+	return optionFunc(func(s *settings) {
+		if c == nil {
+			s.errs = append(s.errs, invalid("HTTPClient", c, "must not be nil"))
+		}
+		s.httpClient = c
+	})
+}
+
+// WithLogger sets the logger (default zap.NewNop: silent). The client never
+// logs the write key or event payloads. A nil logger fails New.
+func WithLogger(l *zap.Logger) Option {
+	return optionFunc(func(s *settings) {
+		if l == nil {
+			s.errs = append(s.errs, invalid("Logger", l, "must not be nil"))
+		}
+		s.logger = l
+	})
+}
+
+// WithOnSuccess registers the callback for delivered events: it is called
+// once per batch answered 2xx, with that batch's events. See Callbacks for
+// the threading contract.
+func WithOnSuccess(f func(events []Message)) Option {
+	return optionFunc(func(s *settings) { s.onSuccess = f })
+}
+
+// WithOnError registers the callback for events that were not delivered:
+// failed (any error but ErrShutdownInterrupted) or handed back at shutdown
+// (errors.Is(err, ErrShutdownInterrupted)). Each accepted event that is not
+// delivered appears in exactly one call. See Callbacks for the threading
+// contract.
+func WithOnError(f func(err error, events []Message)) Option {
+	return optionFunc(func(s *settings) { s.onError = f })
+}
+
+func defaultSettings(writeKey string) settings {
+	return settings{
+		Config: Config{
+			Endpoint:                DefaultEndpoint,
+			FlushAt:                 DefaultFlushAt,
+			FlushInterval:           DefaultFlushInterval,
+			QueueCapacity:           DefaultQueueCapacity,
+			Consumers:               DefaultConsumers,
+			HTTPTimeout:             DefaultHTTPTimeout,
+			MaxRetries:              DefaultMaxRetries,
+			MaxTotalBackoffDuration: DefaultMaxTotalBackoffDuration,
+			MaxRateLimitDuration:    DefaultMaxRateLimitDuration,
+			Backoff:                 DefaultBackoffPolicy(),
+			MaxEventBytes:           MaxEventBytes,
+			MaxBatchBytes:           MaxBatchBytes,
+		},
+		writeKey: writeKey,
+		logger:   zap.NewNop(),
+	}
+}
+
+// resolve applies the options and validates the result; the first error
+// names its field.
+func resolve(writeKey string, opts []Option) (settings, error) {
+	s := defaultSettings(writeKey)
+	for _, o := range opts {
+		if o == nil {
+			return s, invalid("Option", nil, "must not be nil")
+		}
+		o.apply(&s)
+	}
+	if len(s.errs) > 0 {
+		return s, s.errs[0]
+	}
+	if strings.TrimSpace(writeKey) == "" {
+		return s, invalid("WriteKey", `""`, "must not be empty")
+	}
+	s.Endpoint = strings.TrimSuffix(s.Endpoint, "/") // R1
+	u, err := url.Parse(s.Endpoint)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return s, invalid("Endpoint", s.Endpoint, "must be an absolute http or https URL")
+	}
+	s.CustomHTTPClient = s.httpClient != nil
+	return s, nil
+}

@@ -1,0 +1,253 @@
+package analytics
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// The encoder writes an event's JSON once, when the event is accepted
+// (posthog-go's lesson): its size is known at once, and later changes to the
+// caller's maps cannot race with the upload. Common value types are written
+// directly; anything else goes through encoding/json. Map keys are written
+// in map order (JSON objects are unordered).
+
+const maxNesting = 64
+
+var errTooDeep = errors.New("nesting deeper than 64 levels (a cycle?)")
+
+type encoder struct {
+	buf []byte
+	err error
+}
+
+// header opens the object with the fields every message has.
+func (e *encoder) header(typ, id string, ts time.Time, userID, anonymousID string) {
+	e.buf = append(e.buf, `{"type":"`...)
+	e.buf = append(e.buf, typ...)
+	e.buf = append(e.buf, `","messageId":`...)
+	e.buf = appendString(e.buf, id)
+	e.buf = append(e.buf, `,"timestamp":"`...)
+	e.buf = ts.AppendFormat(e.buf, time.RFC3339Nano)
+	e.buf = append(e.buf, '"')
+	e.optionalString("userId", userID)
+	e.optionalString("anonymousId", anonymousID)
+}
+
+func (e *encoder) stringField(key, v string) {
+	e.buf = append(e.buf, ',', '"')
+	e.buf = append(e.buf, key...)
+	e.buf = append(e.buf, '"', ':')
+	e.buf = appendString(e.buf, v)
+}
+
+func (e *encoder) optionalString(key, v string) {
+	if v != "" {
+		e.stringField(key, v)
+	}
+}
+
+// tail writes the free-form map (properties or traits), the context with
+// the library stamp, the integrations, and closes the object.
+func (e *encoder) tail(key string, m map[string]any, ctx, integrations map[string]any) error {
+	if key != "" && m != nil {
+		e.buf = append(e.buf, ',', '"')
+		e.buf = append(e.buf, key...)
+		e.buf = append(e.buf, '"', ':')
+		e.object(m, 0, "")
+		if e.err != nil {
+			return &MessageError{Field: key, Reason: "cannot be encoded", Err: e.err}
+		}
+	}
+	e.buf = append(e.buf, `,"context":`...)
+	e.object(ctx, 0, "library")
+	if e.err != nil {
+		return &MessageError{Field: "Context", Reason: "cannot be encoded", Err: e.err}
+	}
+	if integrations != nil {
+		e.buf = append(e.buf, `,"integrations":`...)
+		e.object(integrations, 0, "")
+		if e.err != nil {
+			return &MessageError{Field: "Integrations", Reason: "cannot be encoded", Err: e.err}
+		}
+	}
+	e.buf = append(e.buf, '}')
+	return nil
+}
+
+// libraryJSON is the context.library value every event carries.
+var libraryJSON = `{"name":"` + LibraryName + `","version":"` + Version + `"}`
+
+// object writes m; with stampLibrary set (the context), it adds the library
+// entry unless m has its own.
+func (e *encoder) object(m map[string]any, depth int, stampLibrary string) {
+	if depth > maxNesting {
+		e.err = errTooDeep
+		return
+	}
+	e.buf = append(e.buf, '{')
+	first := true
+	if stampLibrary != "" {
+		if _, ok := m[stampLibrary]; !ok {
+			e.buf = append(e.buf, `"library":`...)
+			e.buf = append(e.buf, libraryJSON...)
+			first = false
+		}
+	}
+	for k, v := range m {
+		if !first {
+			e.buf = append(e.buf, ',')
+		}
+		first = false
+		e.buf = appendString(e.buf, k)
+		e.buf = append(e.buf, ':')
+		e.value(v, depth+1)
+		if e.err != nil {
+			return
+		}
+	}
+	e.buf = append(e.buf, '}')
+}
+
+func (e *encoder) value(v any, depth int) {
+	switch x := v.(type) {
+	case nil:
+		e.buf = append(e.buf, "null"...)
+	case string:
+		e.buf = appendString(e.buf, x)
+	case bool:
+		e.buf = strconv.AppendBool(e.buf, x)
+	case int:
+		e.buf = strconv.AppendInt(e.buf, int64(x), 10)
+	case int64:
+		e.buf = strconv.AppendInt(e.buf, x, 10)
+	case int32:
+		e.buf = strconv.AppendInt(e.buf, int64(x), 10)
+	case uint:
+		e.buf = strconv.AppendUint(e.buf, uint64(x), 10)
+	case uint64:
+		e.buf = strconv.AppendUint(e.buf, x, 10)
+	case uint32:
+		e.buf = strconv.AppendUint(e.buf, uint64(x), 10)
+	case float64:
+		e.float(x, 64)
+	case float32:
+		e.float(float64(x), 32)
+	case map[string]any:
+		e.object(x, depth, "")
+	case []any:
+		if x == nil {
+			e.buf = append(e.buf, "null"...)
+			return
+		}
+		e.buf = append(e.buf, '[')
+		for i, item := range x {
+			if i > 0 {
+				e.buf = append(e.buf, ',')
+			}
+			if depth > maxNesting {
+				e.err = errTooDeep
+				return
+			}
+			e.value(item, depth+1)
+			if e.err != nil {
+				return
+			}
+		}
+		e.buf = append(e.buf, ']')
+	case []string:
+		if x == nil {
+			e.buf = append(e.buf, "null"...)
+			return
+		}
+		e.buf = append(e.buf, '[')
+		for i, s := range x {
+			if i > 0 {
+				e.buf = append(e.buf, ',')
+			}
+			e.buf = appendString(e.buf, s)
+		}
+		e.buf = append(e.buf, ']')
+	case time.Time:
+		e.buf = append(e.buf, '"')
+		e.buf = x.AppendFormat(e.buf, time.RFC3339Nano)
+		e.buf = append(e.buf, '"')
+	case json.RawMessage:
+		if !json.Valid(x) {
+			e.err = errors.New("invalid json.RawMessage")
+			return
+		}
+		e.buf = append(e.buf, x...)
+	default:
+		b, err := json.Marshal(x)
+		if err != nil {
+			e.err = err
+			return
+		}
+		e.buf = append(e.buf, b...)
+	}
+}
+
+func (e *encoder) float(f float64, bits int) {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		e.err = fmt.Errorf("unsupported value %v", f)
+		return
+	}
+	// Same shape as encoding/json: plain notation for ordinary magnitudes,
+	// exponent notation for very small or large ones.
+	abs := math.Abs(f)
+	format := byte('f')
+	if abs != 0 && (bits == 64 && (abs < 1e-6 || abs >= 1e21) || bits == 32 && (float32(abs) < 1e-6 || float32(abs) >= 1e21)) {
+		format = 'e'
+	}
+	e.buf = strconv.AppendFloat(e.buf, f, format, -1, bits)
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendString writes s as a JSON string. Invalid UTF-8 becomes U+FFFD, as
+// encoding/json does.
+func appendString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
+			i++
+			continue
+		}
+		if c < utf8.RuneSelf {
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i++
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}

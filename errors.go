@@ -1,0 +1,143 @@
+package analytics
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// Errors returned synchronously by the enqueue calls (Track, Identify, …),
+// Flush and Close. The event of a call that returned an error is never sent
+// and gets no callback.
+var (
+	// ErrQueueFull: QueueCapacity events are already waiting (R43).
+	ErrQueueFull = errors.New("analytics: queue full")
+	// ErrClosed: the client was closed; also returned by a second Close and
+	// by Flush after Close.
+	ErrClosed = errors.New("analytics: client closed")
+	// ErrEventTooLarge: the event encodes to more than MaxEventBytes (R45).
+	ErrEventTooLarge = errors.New("analytics: event too large")
+	// ErrInvalidMessage: the event failed its own validation or could not be
+	// encoded as JSON. The returned error is a *MessageError.
+	ErrInvalidMessage = errors.New("analytics: invalid message")
+)
+
+// Errors passed to OnError. The error given to OnError wraps one of these
+// (check with errors.Is) and, where a response was received, the last
+// *HTTPError (check with errors.As).
+var (
+	// ErrRetriesExhausted: the batch needed more than MaxRetries counted retries (R27).
+	ErrRetriesExhausted = errors.New("analytics: retries exhausted")
+	// ErrBackoffDurationExceeded: MaxTotalBackoffDuration elapsed since the
+	// batch's first counted failure (R28).
+	ErrBackoffDurationExceeded = errors.New("analytics: total backoff duration exceeded")
+	// ErrRateLimitDurationExceeded: the server kept rate limiting for
+	// MaxRateLimitDuration (R35).
+	ErrRateLimitDurationExceeded = errors.New("analytics: rate limit duration exceeded")
+	// ErrShutdownInterrupted: Close's context ended before the events got a
+	// disposition; they were handed back, not failed. A request that was
+	// in flight may still have been recorded by the server (R40).
+	ErrShutdownInterrupted = errors.New("analytics: shutdown interrupted")
+)
+
+// MessageError is returned by an enqueue call for an event that fails
+// validation or cannot be encoded. It matches ErrInvalidMessage with errors.Is.
+type MessageError struct {
+	Type   string // message type, e.g. "track"
+	Field  string // offending field, e.g. "Event" or "Properties"
+	Reason string
+	Err    error // underlying encoding error, if any
+}
+
+func (e *MessageError) Error() string {
+	s := fmt.Sprintf("analytics: invalid %s message: %s %s", e.Type, e.Field, e.Reason)
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
+}
+
+// Is reports ErrInvalidMessage.
+func (e *MessageError) Is(target error) bool { return target == ErrInvalidMessage }
+
+// Unwrap returns the encoding error, if any.
+func (e *MessageError) Unwrap() error { return e.Err }
+
+// ErrorKind classifies an *HTTPError.
+type ErrorKind string
+
+// Kinds of *HTTPError.
+const (
+	// KindNonRetryable: a status that is never retried (most 4xx, 501, 505,
+	// 511, statuses outside 200–599).
+	KindNonRetryable ErrorKind = "non-retryable"
+	// KindRedirect: a 3xx reached the client; nothing was uploaded (R10).
+	KindRedirect ErrorKind = "redirect"
+	// KindRetryable: a retryable status whose retries ran out; found wrapped
+	// in ErrRetriesExhausted, ErrBackoffDurationExceeded or
+	// ErrRateLimitDurationExceeded.
+	KindRetryable ErrorKind = "retryable"
+)
+
+// HTTPError is a response that did not deliver a batch. Message is a
+// bounded excerpt of the server's text: the "message" field of a JSON
+// error body when there is one, otherwise the start of the body (R18).
+type HTTPError struct {
+	StatusCode int
+	Kind       ErrorKind
+	Message    string
+}
+
+func (e *HTTPError) Error() string {
+	text := http.StatusText(e.StatusCode)
+	if text == "" {
+		text = "status"
+	}
+	s := fmt.Sprintf("%s response %d %s", e.Kind, e.StatusCode, text)
+	if e.Message != "" {
+		s += ": " + e.Message
+	}
+	return s
+}
+
+// TransportError is a request that got no HTTP response: connection refused
+// or reset, timeout, TLS failure. Retryable ones are retried with backoff
+// and reach OnError wrapped in a budget error; deterministic ones (TLS
+// certificate verification, bad URL) fail at once (R14).
+type TransportError struct {
+	Err       error
+	Retryable bool
+}
+
+func (e *TransportError) Error() string { return "transport error: " + e.Err.Error() }
+
+// Unwrap returns the underlying error.
+func (e *TransportError) Unwrap() error { return e.Err }
+
+// DeliveryError is the error OnError receives when a batch's retries were
+// bounded by a budget or interrupted by shutdown: Reason is one of
+// ErrRetriesExhausted, ErrBackoffDurationExceeded,
+// ErrRateLimitDurationExceeded or ErrShutdownInterrupted, and Last is the
+// last *HTTPError or *TransportError (nil if no attempt was made). Both are
+// visible to errors.Is and errors.As.
+type DeliveryError struct {
+	Reason   error
+	Last     error
+	Attempts int
+}
+
+func (e *DeliveryError) Error() string {
+	s := fmt.Sprintf("%s after %d attempt(s)", e.Reason.Error(), e.Attempts)
+	if e.Last != nil {
+		s += ": " + e.Last.Error()
+	}
+	return s
+}
+
+// Unwrap returns Reason and Last.
+func (e *DeliveryError) Unwrap() []error {
+	if e.Last == nil {
+		return []error{e.Reason}
+	}
+	return []error{e.Reason, e.Last}
+}

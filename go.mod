@@ -1,0 +1,11 @@
+module github.com/relaykit/analytics-go
+
+go 1.25
+
+require (
+	github.com/cenkalti/backoff/v4 v4.3.0 // indirect
+	github.com/stretchr/testify v1.12.1 // indirect
+	go.uber.org/goleak v1.3.0 // indirect
+	go.uber.org/multierr v1.10.0 // indirect
+	go.uber.org/zap v1.28.0 // indirect
+)

@@ -1,0 +1,264 @@
+package analytics
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+const (
+	// maxErrorBody is how much of a non-2xx body is read for the message (R56).
+	maxErrorBody = 4 << 10
+	// maxDrain is how much more of a body is read so the connection can be
+	// reused; a longer body closes the connection instead.
+	maxDrain = 64 << 10
+	// maxExcerpt bounds HTTPError.Message (R18).
+	maxExcerpt = 512
+)
+
+// sender builds and sends one attempt of a batch (R1–R8). Each consumer owns
+// one, so its buffers need no lock.
+type sender struct {
+	client    *http.Client
+	url       string
+	auth      string
+	userAgent string
+	writeKey  []byte // JSON-encoded once
+	gzip      bool
+	zw        *gzip.Writer // reused across attempts
+}
+
+func newSender(s *settings, client *http.Client) *sender {
+	return &sender{
+		client:    client,
+		url:       s.Endpoint + "/v1/batch",
+		auth:      "Basic " + base64.StdEncoding.EncodeToString([]byte(s.writeKey+":")),
+		userAgent: LibraryName + "/" + Version,
+		writeKey:  appendString(nil, s.writeKey),
+		gzip:      s.Gzip,
+	}
+}
+
+// encodeBody writes {"batch":[…],"sentAt":…,"writeKey":…}; sentAt is the
+// time of this attempt (R4). Each attempt gets a fresh buffer: the transport
+// may still read the previous body after its response arrived.
+func (s *sender) encodeBody(b *batch, sentAt time.Time) []byte {
+	buf := make([]byte, 0, b.bytes+len(s.writeKey)+64)
+	buf = append(buf, `{"batch":[`...)
+	for i := range b.events {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = append(buf, b.events[i].data...)
+	}
+	buf = append(buf, `],"sentAt":"`...)
+	buf = sentAt.UTC().AppendFormat(buf, time.RFC3339Nano)
+	buf = append(buf, `","writeKey":`...)
+	buf = append(buf, s.writeKey...)
+	return append(buf, '}')
+}
+
+func (s *sender) compress(body []byte) []byte {
+	var out bytes.Buffer
+	out.Grow(len(body)/4 + 64)
+	if s.zw == nil {
+		s.zw, _ = gzip.NewWriterLevel(&out, gzip.BestSpeed)
+	} else {
+		s.zw.Reset(&out)
+	}
+	_, _ = s.zw.Write(body) // writes to a bytes.Buffer cannot fail
+	_ = s.zw.Close()
+	return out.Bytes()
+}
+
+// response is what classification needs from one attempt.
+type response struct {
+	status     int
+	retryAfter string
+	hasRA      bool
+	text       string // bounded excerpt of the body (non-2xx only)
+}
+
+// send makes one attempt. A nil error means a status line was received.
+func (s *sender) send(ctx context.Context, b *batch) (response, error) {
+	body := s.encodeBody(b, time.Now())
+	if s.gzip {
+		body = s.compress(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(body))
+	if err != nil {
+		return response{}, err
+	}
+	// Exactly the header set of R5–R7; README lists it.
+	req.Header = http.Header{
+		"Content-Type":  {"application/json"},
+		"User-Agent":    {s.userAgent},
+		"Authorization": {s.auth},
+	}
+	if s.gzip {
+		req.Header["Content-Encoding"] = []string{"gzip"}
+	}
+	if b.attempts > 0 {
+		req.Header["X-Retry-Count"] = []string{strconv.Itoa(b.attempts)}
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return response{}, err
+	}
+	defer resp.Body.Close()
+	r := response{status: resp.StatusCode}
+	if vals, ok := resp.Header["Retry-After"]; ok {
+		r.hasRA = true
+		if len(vals) > 0 {
+			r.retryAfter = vals[0]
+		}
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		// A read error part-way changes nothing (R16).
+		raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+		r.text = excerpt(raw)
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain)) // R56
+	return r, nil
+}
+
+// excerpt extracts the server's message: the "message" (or "error") string
+// of a JSON object, otherwise the start of the text. It never fails (R16).
+func excerpt(raw []byte) string {
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(raw, &obj) == nil {
+		for _, key := range []string{"message", "error"} {
+			var s string
+			if json.Unmarshal(obj[key], &s) == nil && s != "" {
+				return clip(s)
+			}
+		}
+	}
+	return clip(strings.TrimSpace(string(raw)))
+}
+
+func clip(s string) string {
+	if len(s) <= maxExcerpt {
+		return strings.ToValidUTF8(s, "\uFFFD")
+	}
+	cut := maxExcerpt
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return strings.ToValidUTF8(s[:cut], "\uFFFD") + "…"
+}
+
+// checkRedirect follows 307 and 308 only (R11): Go would re-send 301, 302
+// and 303 as a body-less GET whose 200 would look like delivery. The
+// Authorization header is kept only for the same host.
+func checkRedirect(req *http.Request, via []*http.Request) error {
+	if len(via) >= 10 {
+		return http.ErrUseLastResponse
+	}
+	switch req.Response.StatusCode {
+	case http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+	default:
+		return http.ErrUseLastResponse
+	}
+	if req.URL.Host != via[0].URL.Host {
+		req.Header.Del("Authorization")
+	}
+	return nil
+}
+
+func newHTTPClient(s *settings) *http.Client {
+	var c http.Client
+	if s.httpClient != nil {
+		c = *s.httpClient
+	} else {
+		c.Transport = http.DefaultTransport.(*http.Transport).Clone()
+	}
+	c.CheckRedirect = checkRedirect
+	return &c
+}
+
+// outcome is the decision for one attempt.
+type outcome int
+
+const (
+	outcomeDelivered   outcome = iota // 2xx (R9)
+	outcomeFailed                     // non-retryable: one attempt, OnError
+	outcomeRetry                      // counted retry with backoff (R26)
+	outcomeRateLimited                // usable Retry-After: re-queue and gate (R31, R32)
+)
+
+// verdict is the classification of one attempt.
+type verdict struct {
+	outcome    outcome
+	kind       ErrorKind      // for HTTP failures
+	delay      time.Duration  // for outcomeRateLimited: capped Retry-After
+	retryAfter retryAfterKind // how the header parsed, for logging (R51)
+}
+
+// classifyResponse decides from the status and the Retry-After header alone;
+// the body never matters (R9–R16, R25). now is the wall clock, for
+// HTTP-dates only.
+func classifyResponse(status int, retryAfter string, hasRetryAfter bool, now time.Time) verdict {
+	switch {
+	case status >= 200 && status <= 299:
+		return verdict{outcome: outcomeDelivered}
+	case status >= 300 && status <= 399:
+		return verdict{outcome: outcomeFailed, kind: KindRedirect} // R10
+	case !retryableStatus(status):
+		return verdict{outcome: outcomeFailed, kind: KindNonRetryable} // R12, R13, R15
+	}
+	v := verdict{outcome: outcomeRetry, kind: KindRetryable}
+	if hasRetryAfter {
+		v.delay, v.retryAfter = parseRetryAfter(retryAfter, now) // parsed once (R19)
+		if v.retryAfter == retryAfterUsable {
+			v.outcome = outcomeRateLimited
+		} else {
+			v.delay = 0
+		}
+	}
+	return v
+}
+
+func retryableStatus(status int) bool {
+	switch status {
+	case 408, 429, 460:
+		return true
+	case 410:
+		// R58: 410 is retried, bounded by MaxRetries and
+		// MaxTotalBackoffDuration, for parity with the conformance suite.
+		return true
+	case 501, 505, 511:
+		return false // R13; 511 stays non-retryable until OAuth exists (R50)
+	}
+	return status >= 500 && status <= 599
+}
+
+// classifyTransportError reports whether an error without a response is
+// worth retrying (R14): everything is, except errors that are deterministic
+// on the client.
+func classifyTransportError(err error) (retryable bool) {
+	var (
+		verifyErr  *tls.CertificateVerificationError
+		unknownCA  x509.UnknownAuthorityError
+		hostname   x509.HostnameError
+		invalidCrt x509.CertificateInvalidError
+	)
+	switch {
+	case errors.As(err, &verifyErr), errors.As(err, &unknownCA), errors.As(err, &hostname), errors.As(err, &invalidCrt):
+		return false
+	case strings.Contains(err.Error(), "unsupported protocol scheme"):
+		return false
+	}
+	return true
+}
