@@ -80,7 +80,7 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 	c := &Client{
 		cfg:           s.Config,
 		log:           s.logger,
-		q:             newQueue(s.QueueCapacity),
+		q:             newQueue(s.QueueCapacity, s.FlushAt),
 		gate:          &rateLimitGate{limit: s.MaxRateLimitDuration},
 		onSuccess:     s.onSuccess,
 		onError:       s.onError,

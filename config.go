@@ -167,7 +167,9 @@ func WithFlushInterval(d time.Duration) Option {
 
 // WithQueueCapacity sets how many accepted events may wait for a consumer
 // (default 10 000, at least 1). When that many wait, enqueue calls return
-// ErrQueueFull. Re-queued rate-limited batches never count (R44).
+// ErrQueueFull. Events that fit in the batch a consumer is assembling are
+// already taken and do not count, nor do re-queued rate-limited batches
+// (R43, R44).
 func WithQueueCapacity(n int) Option {
 	return optionFunc(func(s *settings) {
 		if n < 1 {

@@ -48,6 +48,11 @@ type queue struct {
 	ring     []event // FIFO of events not yet taken into a batch
 	head, n  int
 	capacity int
+	maxRing  int // capacity + FlushAt: the most events the ring can hold
+	// openRoom is how many more events the batch being assembled can take
+	// (0 while no consumer assembles). Those events are as good as taken by
+	// a consumer, so they do not count against capacity (R43).
+	openRoom int
 	requeued []*batch // rate-limited batches; taken before any event (R32, R47)
 	closed   bool     // Close was called: enqueue returns ErrClosed
 	dead     bool     // Close handed everything back: nothing may enter any more
@@ -58,14 +63,16 @@ type queue struct {
 	requeueReady chan struct{} // cap 1: a batch was re-queued
 }
 
-func newQueue(capacity int) *queue {
+func newQueue(capacity, flushAt int) *queue {
 	initial := 64
-	if capacity < initial {
-		initial = capacity
+	if capacity+flushAt < initial {
+		initial = capacity + flushAt
 	}
 	return &queue{
 		ring:         make([]event, initial),
 		capacity:     capacity,
+		maxRing:      capacity + flushAt,
+		openRoom:     flushAt, // the first consumer starts assembling at once
 		ledger:       newLedger(),
 		eventsReady:  make(chan struct{}, 1),
 		requeueReady: make(chan struct{}, 1),
@@ -87,7 +94,7 @@ func (q *queue) push(ev event) error {
 		q.mu.Unlock()
 		return ErrClosed
 	}
-	if q.n >= q.capacity {
+	if q.n >= q.capacity+q.openRoom {
 		q.mu.Unlock()
 		return ErrQueueFull
 	}
@@ -108,8 +115,8 @@ func (q *queue) push(ev event) error {
 
 func (q *queue) grow() {
 	size := len(q.ring) * 2
-	if size > q.capacity {
-		size = q.capacity
+	if size > q.maxRing {
+		size = q.maxRing
 	}
 	ring := make([]event, size)
 	for i := 0; i < q.n; i++ {
@@ -146,7 +153,10 @@ func (q *queue) fill(b *batch, flushAt, maxBytes int) (full, urgent bool) {
 		full = true
 	}
 	urgent = len(b.events) > 0 && (q.closed || q.ledger.flushedSince(b.events[0].epoch))
-	if !full && !urgent {
+	if full || urgent {
+		q.openRoom = 0
+	} else {
+		q.openRoom = flushAt - len(b.events)
 		q.wake = true
 	}
 	return full, urgent
