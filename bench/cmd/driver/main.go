@@ -44,6 +44,7 @@ type Result struct {
 	N            int     `json:"n"`
 	WallS        float64 `json:"wall_s"`       // New → Close returned
 	EnqueueS     float64 `json:"enqueue_s"`    // New → last track call returned
+	DrainS       float64 `json:"drain_s"`      // segment/posthog -drain: wait before Close
 	TrackErrors  int64   `json:"track_errors"` // track calls that returned an error
 	FirstError   string  `json:"first_error,omitempty"`
 	CloseError   string  `json:"close_error,omitempty"`
@@ -94,6 +95,9 @@ type client struct {
 	track func(i int, user string) error
 	close func(ctx context.Context) error
 	after func(*Result)
+	// settled (segment, posthog) is how many events the Callback has seen
+	// (success or final failure); nil for ours.
+	settled func() int64
 }
 
 func newClient(sdk, endpoint string) (*client, error) {
@@ -148,8 +152,9 @@ func newClient(sdk, endpoint string) (*client, error) {
 					"plan": "pro", "amount": i, "currency": "EUR", "trial": false,
 				}})
 			},
-			close: closeWithDeadline(c.Close),
-			after: func(r *Result) { r.CBSuccess, r.CBFailure = cnt.ok.Load(), cnt.failed.Load() },
+			close:   closeWithDeadline(c.Close),
+			after:   func(r *Result) { r.CBSuccess, r.CBFailure = cnt.ok.Load(), cnt.failed.Load() },
+			settled: func() int64 { return cnt.ok.Load() + cnt.failed.Load() },
 		}, nil
 	case "posthog":
 		// Defaults (BatchSize 250, Interval 5 s, default transport, 10
@@ -171,8 +176,9 @@ func newClient(sdk, endpoint string) (*client, error) {
 					"plan": "pro", "amount": i, "currency": "EUR", "trial": false,
 				}})
 			},
-			close: closeWithDeadline(c.Close),
-			after: func(r *Result) { r.CBSuccess, r.CBFailure = cnt.ok.Load(), cnt.failed.Load() },
+			close:   closeWithDeadline(c.Close),
+			after:   func(r *Result) { r.CBSuccess, r.CBFailure = cnt.ok.Load(), cnt.failed.Load() },
+			settled: func() int64 { return cnt.ok.Load() + cnt.failed.Load() },
 		}, nil
 	}
 	return nil, fmt.Errorf("unknown -sdk %q (ours, ours-bp, segment, posthog)", sdk)
@@ -200,6 +206,8 @@ func main() {
 	statsURL := flag.String("stats", "", "sink stats URL (default <endpoint>/stats; \"-\" to skip)")
 	timeout := flag.Duration("timeout", 10*time.Minute, "deadline for Close")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile (New → Close) to this file")
+	drain := flag.Bool("drain", true, "segment/posthog: before Close, wait until the Callback has seen every event "+
+		"already dispatched in a full batch (their Close aborts batches waiting for a retry)")
 	flag.Parse()
 	if *endpoint == "" {
 		log.Fatal("-endpoint is required")
@@ -246,6 +254,17 @@ func main() {
 	}
 	tEnq := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	if *drain && c.settled != nil {
+		// Every full batch of 250 was handed to a sender when its last event
+		// was pushed; wait for those to get a final outcome, so retries run
+		// as they would in a long-lived process. The tail (N mod 250 events)
+		// is flushed by Close.
+		want := int64(*n - *n%250)
+		for c.settled() < want && ctx.Err() == nil {
+			time.Sleep(time.Millisecond)
+		}
+		res.DrainS = time.Since(tEnq).Seconds()
+	}
 	cerr := c.close(ctx)
 	cancel()
 	t1 := time.Now()
