@@ -206,6 +206,7 @@ func main() {
 	statsURL := flag.String("stats", "", "sink stats URL (default <endpoint>/stats; \"-\" to skip)")
 	timeout := flag.Duration("timeout", 10*time.Minute, "deadline for Close")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile (New → Close) to this file")
+	memprofile := flag.String("memprofile", "", "write an allocation profile (every allocation sampled) to this file")
 	drain := flag.Bool("drain", true, "segment/posthog: before Close, wait until the Callback has seen every event "+
 		"already dispatched in a full batch (their Close aborts batches waiting for a retry)")
 	flag.Parse()
@@ -233,6 +234,9 @@ func main() {
 		defer f.Close()
 	}
 
+	if *memprofile != "" {
+		runtime.MemProfileRate = 1 // slows the run: use for the profile, not the numbers
+	}
 	runtime.GC()
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
@@ -274,6 +278,16 @@ func main() {
 		pprof.StopCPUProfile()
 	}
 
+	if *memprofile != "" {
+		f, err := os.Create(*memprofile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+			log.Fatal(err)
+		}
+		f.Close()
+	}
 	if cerr != nil {
 		res.CloseError = cerr.Error()
 		res.CloseTimeout = errors.Is(cerr, context.DeadlineExceeded)
