@@ -1,0 +1,350 @@
+package main
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+
+	"github.com/relaykit/analytics-go"
+)
+
+// This file records what happened to each input event (enqueue result,
+// callbacks, HTTP statuses) and renders the output line of SPEC §7.3.
+
+// Outcomes of an input event.
+const (
+	outcomeDelivered  = "delivered"
+	outcomeFailed     = "failed"
+	outcomeHandedBack = "handed back"
+	outcomeRejected   = "rejected"
+	// outcomeNone marks an accepted event that got no callback. It can only
+	// appear if the SDK broke "exactly one disposition" (R42, INV1).
+	outcomeNone = "none"
+)
+
+// kind names the error class of err (SPEC §7.3), found with errors.Is and
+// errors.As in a fixed order, never by matching text. nil has no kind.
+func kind(err error) string {
+	var httpErr *analytics.HTTPError
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, analytics.ErrQueueFull):
+		return "queue-full"
+	case errors.Is(err, analytics.ErrClosed):
+		return "closed"
+	case errors.Is(err, analytics.ErrEventTooLarge):
+		return "too-large"
+	case errors.Is(err, analytics.ErrInvalidMessage):
+		return "invalid"
+	case errors.Is(err, analytics.ErrShutdownInterrupted):
+		return "shutdown-interrupted"
+	case errors.Is(err, analytics.ErrRetriesExhausted):
+		return "retries-exhausted"
+	case errors.Is(err, analytics.ErrBackoffDurationExceeded):
+		return "backoff-duration-exceeded"
+	case errors.Is(err, analytics.ErrRateLimitDurationExceeded):
+		return "rate-limit-duration-exceeded"
+	case errors.As(err, &httpErr) && httpErr.Kind == analytics.KindRedirect:
+		return "redirect"
+	case errors.As(err, &httpErr):
+		return "non-retryable"
+	default:
+		return "transport"
+	}
+}
+
+// eventState is what is known about one input event.
+type eventState struct {
+	id        string // the messageId sent (input's, or assigned by the CLI)
+	inputID   string // the messageId of the input ("" if none)
+	rejectErr error  // the enqueue error, nil if accepted
+	callbacks int
+	outcome   string // from the first callback
+	err       error  // OnError's error for failed and handed-back events
+}
+
+// recorder is the state shared between the CLI's goroutine, the SDK's
+// callbacks (which run concurrently on consumer goroutines and on the
+// goroutine calling Close) and the observing transport. One mutex guards it.
+type recorder struct {
+	mu          sync.Mutex
+	events      []*eventState
+	byID        map[string][]int // sent messageId → indexes of events, in input order
+	lastStatus  map[string]int   // messageId → status of the last response to a request carrying it
+	sentBatches int
+	firstErr    string // message of the first failure (failure-kind OnError or enqueue error)
+	stray       int    // callback messages that match no input event
+}
+
+func newRecorder() *recorder {
+	return &recorder{byID: map[string][]int{}, lastStatus: map[string]int{}}
+}
+
+// add registers an event before it is enqueued, so a callback that runs
+// before the enqueue call returns still finds it.
+func (r *recorder) add(id, inputID string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	i := len(r.events)
+	r.events = append(r.events, &eventState{id: id, inputID: inputID})
+	r.byID[id] = append(r.byID[id], i)
+	return i
+}
+
+// reject records the enqueue error of event i. A rejected event gets no
+// callback, so it stops matching callback messages.
+func (r *recorder) reject(i int, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ev := r.events[i]
+	ev.rejectErr = err
+	idx := r.byID[ev.id]
+	for k, j := range idx {
+		if j == i {
+			r.byID[ev.id] = append(idx[:k:k], idx[k+1:]...)
+			break
+		}
+	}
+	if r.firstErr == "" {
+		r.firstErr = err.Error()
+	}
+}
+
+// onSuccess is the OnSuccess callback: one call per batch answered 2xx.
+func (r *recorder) onSuccess(msgs []analytics.Message) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sentBatches++
+	for _, m := range msgs {
+		r.settle(m.ID(), outcomeDelivered, nil)
+	}
+}
+
+// onError is the OnError callback: failed or handed-back events.
+func (r *recorder) onError(err error, msgs []analytics.Message) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	outcome := outcomeFailed
+	if errors.Is(err, analytics.ErrShutdownInterrupted) {
+		outcome = outcomeHandedBack // not a delivery failure (R38)
+	} else if r.firstErr == "" {
+		r.firstErr = err.Error()
+	}
+	for _, m := range msgs {
+		r.settle(m.ID(), outcome, err)
+	}
+}
+
+// settle attributes one callback message to the first event with that id
+// that has no callback yet (ids may repeat in the input). r.mu is held.
+func (r *recorder) settle(id, outcome string, err error) {
+	idx := r.byID[id]
+	if len(idx) == 0 {
+		r.stray++
+		return
+	}
+	target := idx[len(idx)-1] // every event with this id already settled: a duplicate callback
+	for _, i := range idx {
+		if r.events[i].callbacks == 0 {
+			target = i
+			break
+		}
+	}
+	ev := r.events[target]
+	ev.callbacks++
+	if ev.callbacks == 1 {
+		ev.outcome, ev.err = outcome, err
+	}
+}
+
+// noteStatus records the status of a response to a request carrying ids.
+func (r *recorder) noteStatus(ids []string, status int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, id := range ids {
+		r.lastStatus[id] = status
+	}
+}
+
+// observingTransport reports the status of every response to the recorder,
+// per messageId of the request's batch, so the output can give delivered
+// events their real 2xx status (OnSuccess does not carry it) and others the
+// status of the last response received. It reads a copy of the body
+// (GetBody) and changes nothing on the request or the response.
+type observingTransport struct {
+	base http.RoundTripper
+	rec  *recorder
+}
+
+func (t *observingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	ids := batchIDs(req)
+	resp, err := t.base.RoundTrip(req)
+	if err == nil && len(ids) > 0 {
+		t.rec.noteStatus(ids, resp.StatusCode)
+	}
+	return resp, err
+}
+
+// batchIDs returns the messageIds of the batch a request carries, or nil.
+func batchIDs(req *http.Request) []string {
+	if req.GetBody == nil {
+		return nil
+	}
+	body, err := req.GetBody()
+	if err != nil {
+		return nil
+	}
+	defer body.Close()
+	var rd io.Reader = body
+	if req.Header.Get("Content-Encoding") == "gzip" {
+		zr, err := gzip.NewReader(body)
+		if err != nil {
+			return nil
+		}
+		defer zr.Close()
+		rd = zr
+	}
+	var payload struct {
+		Batch []struct {
+			MessageID string `json:"messageId"`
+		} `json:"batch"`
+	}
+	if json.NewDecoder(rd).Decode(&payload) != nil {
+		return nil
+	}
+	ids := make([]string, len(payload.Batch))
+	for i, e := range payload.Batch {
+		ids[i] = e.MessageID
+	}
+	return ids
+}
+
+// output is the line printed on stdout (SPEC §7.3).
+type output struct {
+	Success     bool             `json:"success"`
+	SentBatches int              `json:"sentBatches"`
+	Error       string           `json:"error,omitempty"`
+	Delivered   int              `json:"delivered"`
+	Failed      int              `json:"failed"`
+	HandedBack  int              `json:"handedBack"`
+	Rejected    int              `json:"rejected"`
+	Events      []eventOutput    `json:"events"`
+	CloseError  string           `json:"closeError,omitempty"`
+	Flushes     []flushOutput    `json:"flushes,omitempty"`
+	AfterClose  *afterCloseState `json:"afterClose,omitempty"`
+}
+
+// failureOutput is the line for input that never reached the SDK: a run
+// error or a configuration analytics.New rejected. No request was made.
+type failureOutput struct {
+	Success     bool   `json:"success"`
+	SentBatches int    `json:"sentBatches"`
+	Error       string `json:"error"`
+}
+
+type eventOutput struct {
+	MessageID string `json:"messageId"`
+	Outcome   string `json:"outcome"`
+	Kind      string `json:"kind,omitempty"`
+	Status    int    `json:"status,omitempty"`
+	Error     string `json:"error,omitempty"`
+	Callbacks int    `json:"callbacks"`
+}
+
+type flushOutput struct {
+	Sequence int    `json:"sequence"`
+	MS       int64  `json:"ms"`
+	Error    string `json:"error,omitempty"`
+}
+
+type afterCloseState struct {
+	TrackError string `json:"trackError"`
+	TrackKind  string `json:"trackKind"`
+	CloseError string `json:"closeError"`
+	CloseKind  string `json:"closeKind"`
+}
+
+// report builds the output from the recorded state; call it after Close.
+// It also returns notes for stderr about anything that breaks INV1.
+func (r *recorder) report() (output, []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := output{SentBatches: r.sentBatches, Events: make([]eventOutput, 0, len(r.events))}
+	var notes []string
+	missing := 0
+	for _, ev := range r.events {
+		e := eventOutput{MessageID: ev.id, Callbacks: ev.callbacks}
+		switch {
+		case ev.rejectErr != nil:
+			out.Rejected++
+			e.MessageID = ev.inputID // the CLI's id was never sent
+			e.Outcome, e.Kind, e.Error = outcomeRejected, kind(ev.rejectErr), ev.rejectErr.Error()
+		case ev.callbacks == 0:
+			missing++
+			e.Outcome = outcomeNone
+		case ev.outcome == outcomeDelivered:
+			out.Delivered++
+			e.Outcome, e.Status = outcomeDelivered, http.StatusOK
+			if s := r.lastStatus[ev.id]; s >= 200 && s <= 299 {
+				e.Status = s
+			}
+		default:
+			if ev.outcome == outcomeFailed {
+				out.Failed++
+			} else {
+				out.HandedBack++
+			}
+			e.Outcome, e.Kind = ev.outcome, kind(ev.err)
+			if ev.err != nil {
+				e.Error = ev.err.Error()
+			}
+			var httpErr *analytics.HTTPError
+			if errors.As(ev.err, &httpErr) {
+				e.Status = httpErr.StatusCode
+			} else {
+				e.Status = r.lastStatus[ev.id] // 0 (absent) when no response was received
+			}
+		}
+		if ev.callbacks > 1 {
+			notes = append(notes, fmt.Sprintf("event %q appeared in %d callback calls (want 1)", ev.id, ev.callbacks))
+		}
+		out.Events = append(out.Events, e)
+	}
+	if missing > 0 {
+		notes = append(notes, fmt.Sprintf("%d accepted events got no callback", missing))
+	}
+	if r.stray > 0 {
+		notes = append(notes, fmt.Sprintf("%d callback messages matched no input event", r.stray))
+	}
+
+	switch {
+	case r.firstErr != "":
+		out.Error = r.firstErr
+	case out.HandedBack > 0:
+		out.Error = fmt.Sprintf("delivery incomplete: %d events handed back at shutdown", out.HandedBack)
+	case missing > 0:
+		out.Error = fmt.Sprintf("delivery incomplete: %d accepted events got no callback", missing)
+	default:
+		out.Success = true
+	}
+	return out, notes
+}
+
+// writeLine prints v as one JSON line. HTML characters stay as they are, so
+// a server's text reads the same as on the wire.
+func writeLine(w io.Writer, v any) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		buf.Reset()
+		_ = enc.Encode(failureOutput{Error: "encoding the output: " + err.Error()})
+	}
+	_, _ = w.Write(buf.Bytes())
+}
