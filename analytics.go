@@ -22,6 +22,7 @@ type Tracker interface {
 	Screen(Screen) error
 	Alias(Alias) error
 	Enqueue(Message) error
+	EnqueueContext(context.Context, Message) error
 	Flush(context.Context) error
 	Close(context.Context) error
 }
@@ -110,96 +111,95 @@ func (c *Client) Track(m Track) error {
 		return err
 	}
 	stamp(&m.MessageID, &m.Timestamp)
-	return c.enqueue(m)
+	return c.enqueue(nil, m)
 }
 
 // Identify enqueues an identify event; errors as for Track.
-func (c *Client) Identify(m Identify) error {
-	if err := m.Validate(); err != nil {
-		return err
-	}
-	stamp(&m.MessageID, &m.Timestamp)
-	return c.enqueue(m)
-}
+func (c *Client) Identify(m Identify) error { return enqueueAs(c, nil, m) }
 
 // Group enqueues a group event; errors as for Track.
-func (c *Client) Group(m Group) error {
-	if err := m.Validate(); err != nil {
-		return err
-	}
-	stamp(&m.MessageID, &m.Timestamp)
-	return c.enqueue(m)
-}
+func (c *Client) Group(m Group) error { return enqueueAs(c, nil, m) }
 
 // Page enqueues a page event; errors as for Track.
-func (c *Client) Page(m Page) error {
-	if err := m.Validate(); err != nil {
-		return err
-	}
-	stamp(&m.MessageID, &m.Timestamp)
-	return c.enqueue(m)
-}
+func (c *Client) Page(m Page) error { return enqueueAs(c, nil, m) }
 
 // Screen enqueues a screen event; errors as for Track.
-func (c *Client) Screen(m Screen) error {
-	if err := m.Validate(); err != nil {
-		return err
-	}
-	stamp(&m.MessageID, &m.Timestamp)
-	return c.enqueue(m)
-}
+func (c *Client) Screen(m Screen) error { return enqueueAs(c, nil, m) }
 
 // Alias enqueues an alias event; errors as for Track.
-func (c *Client) Alias(m Alias) error {
-	if err := m.Validate(); err != nil {
-		return err
-	}
-	stamp(&m.MessageID, &m.Timestamp)
-	return c.enqueue(m)
-}
+func (c *Client) Alias(m Alias) error { return enqueueAs(c, nil, m) }
 
 // Enqueue enqueues any Message (a value or a non-nil pointer of one of the
-// six types); errors as for Track.
-func (c *Client) Enqueue(m Message) error {
+// six types) without blocking; errors as for Track.
+func (c *Client) Enqueue(m Message) error { return c.dispatch(nil, m) }
+
+// EnqueueContext is the blocking mode, for backfills and batch jobs that
+// must not drop: when the queue is full it waits for room until ctx ends,
+// then returns an error matching both ErrQueueFull and ctx.Err(). It never
+// waits when there is room. Other errors are as for Track. The
+// non-blocking calls (Track, Enqueue, …) are unaffected.
+func (c *Client) EnqueueContext(ctx context.Context, m Message) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	return c.dispatch(ctx, m)
+}
+
+// dispatch validates, stamps and enqueues m; a nil ctx means never wait.
+func (c *Client) dispatch(ctx context.Context, m Message) error {
 	switch v := m.(type) {
 	case Track:
-		return c.Track(v)
+		return enqueueAs(c, ctx, v)
 	case *Track:
 		if v != nil {
-			return c.Track(*v)
+			return enqueueAs(c, ctx, *v)
 		}
 	case Identify:
-		return c.Identify(v)
+		return enqueueAs(c, ctx, v)
 	case *Identify:
 		if v != nil {
-			return c.Identify(*v)
+			return enqueueAs(c, ctx, *v)
 		}
 	case Group:
-		return c.Group(v)
+		return enqueueAs(c, ctx, v)
 	case *Group:
 		if v != nil {
-			return c.Group(*v)
+			return enqueueAs(c, ctx, *v)
 		}
 	case Page:
-		return c.Page(v)
+		return enqueueAs(c, ctx, v)
 	case *Page:
 		if v != nil {
-			return c.Page(*v)
+			return enqueueAs(c, ctx, *v)
 		}
 	case Screen:
-		return c.Screen(v)
+		return enqueueAs(c, ctx, v)
 	case *Screen:
 		if v != nil {
-			return c.Screen(*v)
+			return enqueueAs(c, ctx, *v)
 		}
 	case Alias:
-		return c.Alias(v)
+		return enqueueAs(c, ctx, v)
 	case *Alias:
 		if v != nil {
-			return c.Alias(*v)
+			return enqueueAs(c, ctx, *v)
 		}
 	}
 	return &MessageError{Type: "unknown", Field: "Message", Reason: "must be a non-nil Track, Identify, Group, Page, Screen or Alias"}
+}
+
+// enqueueAs validates, stamps and enqueues a message of concrete type M.
+// Track spells the same steps out by hand: it is the hot path.
+func enqueueAs[M Message, P interface {
+	*M
+	stampFields() (*string, *time.Time)
+}](c *Client, ctx context.Context, m M) error {
+	if err := m.Validate(); err != nil {
+		return err
+	}
+	id, ts := P(&m).stampFields()
+	stamp(id, ts)
+	return c.enqueue(ctx, m)
 }
 
 // stamp fills the fields the SDK owns, never overwriting the caller's (R2).
@@ -215,7 +215,8 @@ func stamp(id *string, ts *time.Time) {
 var encoderPool = sync.Pool{New: func() any { return &encoder{buf: make([]byte, 0, 1024)} }}
 
 // enqueue encodes m once and queues it (R43, R45). m is already stamped.
-func (c *Client) enqueue(m Message) error {
+// With a nil ctx it never waits; otherwise it waits for room until ctx ends.
+func (c *Client) enqueue(ctx context.Context, m Message) error {
 	if c.closed.Load() {
 		return ErrClosed
 	}
@@ -240,8 +241,12 @@ func (c *Client) enqueue(m Message) error {
 		}
 		return err
 	}
-	err = c.q.push(event{msg: m, data: data})
-	if err == ErrQueueFull {
+	if ctx == nil {
+		err = c.q.push(event{msg: m, data: data})
+	} else {
+		err = c.q.pushWait(ctx, event{msg: m, data: data})
+	}
+	if errors.Is(err, ErrQueueFull) {
 		c.stats.dropped.Add(1)
 	}
 	return err

@@ -370,3 +370,44 @@ func TestErrorIdentities(t *testing.T) {
 	te := &TransportError{Err: errors.New("refused"), Retryable: true}
 	assert.Equal(t, "transport error: refused", te.Error())
 }
+
+// Blocking mode: EnqueueContext waits for room while the consumer is stalled,
+// gives up with ErrQueueFull and ctx's error, and wakes on Close.
+func TestEnqueueContextBlocksForRoom(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := newFakeAPI(sequence(reply{status: 200, hold: 5 * time.Second}, reply{status: 200}))
+		cb := &callbacks{}
+		c := newTestClient(t, api, cb, WithQueueCapacity(1), WithConsumers(1), WithFlushAt(1))
+		mustTrack(t, c, "e1")
+		synctest.Wait() // the only consumer is stalled on e1
+		mustTrack(t, c, "e2")
+		assert.ErrorIs(t, c.Track(track("nb")), ErrQueueFull, "the default call never waits")
+
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := c.EnqueueContext(ctx, track("timeout"))
+		cancel()
+		assert.ErrorIs(t, err, ErrQueueFull)
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+
+		start := time.Now()
+		require.NoError(t, c.EnqueueContext(context.Background(), &Track{MessageID: "e3", UserID: "u", Event: "e"}))
+		assert.Equal(t, 4*time.Second, time.Since(start), "room appeared when the consumer took e2")
+		require.NoError(t, flush(t, c, time.Minute))
+		assert.Equal(t, []string{"e1", "e2", "e3"}, cb.delivered())
+
+		// A waiter is released by Close with ErrClosed.
+		api2 := newFakeAPI(sequence(reply{status: 200, hold: time.Hour}))
+		c2 := newTestClient(t, api2, nil, WithQueueCapacity(1), WithConsumers(1), WithFlushAt(1))
+		mustTrack(t, c2, "x1")
+		synctest.Wait()
+		mustTrack(t, c2, "x2")
+		done := make(chan error)
+		go func() { done <- c2.EnqueueContext(context.Background(), track("x3")) }()
+		synctest.Wait()
+		closed := make(chan error)
+		go func() { closed <- closeClient(t, c2, time.Second) }()
+		assert.ErrorIs(t, <-done, ErrClosed)
+		assert.ErrorIs(t, <-closed, ErrShutdownInterrupted)
+		require.NoError(t, closeClient(t, c, time.Second))
+	})
+}

@@ -232,3 +232,10 @@ var (
 	_ Message = Track{}
 	_ Message = (*Track)(nil)
 )
+
+func (m *Track) stampFields() (*string, *time.Time)    { return &m.MessageID, &m.Timestamp }
+func (m *Identify) stampFields() (*string, *time.Time) { return &m.MessageID, &m.Timestamp }
+func (m *Group) stampFields() (*string, *time.Time)    { return &m.MessageID, &m.Timestamp }
+func (m *Page) stampFields() (*string, *time.Time)     { return &m.MessageID, &m.Timestamp }
+func (m *Screen) stampFields() (*string, *time.Time)   { return &m.MessageID, &m.Timestamp }
+func (m *Alias) stampFields() (*string, *time.Time)    { return &m.MessageID, &m.Timestamp }

@@ -1,6 +1,8 @@
 package analytics
 
 import (
+	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -59,6 +61,9 @@ type queue struct {
 	wake     bool     // the assembler waits for events
 	ledger   ledger
 
+	spaceFreed   chan struct{} // closed and replaced when events leave the queue and someone waits for room
+	spaceWaiters int
+
 	eventsReady  chan struct{} // cap 1: an event arrived or a flush was asked for
 	requeueReady chan struct{} // cap 1: a batch was re-queued
 }
@@ -90,6 +95,38 @@ func signal(ch chan struct{}) {
 // on anything but the mutex.
 func (q *queue) push(ev event) error {
 	q.mu.Lock()
+	return q.pushLocked(ev)
+}
+
+// pushWait is push that waits for room until ctx ends (the blocking mode
+// of EnqueueContext).
+func (q *queue) pushWait(ctx context.Context, ev event) error {
+	for {
+		q.mu.Lock()
+		if q.closed || q.n < q.capacity+q.openRoom {
+			return q.pushLocked(ev)
+		}
+		if q.spaceFreed == nil {
+			q.spaceFreed = make(chan struct{})
+		}
+		freed := q.spaceFreed
+		q.spaceWaiters++
+		q.mu.Unlock()
+		select {
+		case <-freed:
+		case <-ctx.Done():
+		}
+		q.mu.Lock()
+		q.spaceWaiters--
+		q.mu.Unlock()
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("%w: %w", ErrQueueFull, err)
+		}
+	}
+}
+
+// pushLocked is called with q.mu held and releases it.
+func (q *queue) pushLocked(ev event) error {
 	if q.closed {
 		q.mu.Unlock()
 		return ErrClosed
@@ -148,6 +185,10 @@ func (q *queue) fill(b *batch, flushAt, maxBytes int) (full, urgent bool) {
 		q.n--
 		b.events = append(b.events, ev)
 		b.bytes += size
+	}
+	if q.spaceWaiters > 0 && q.spaceFreed != nil {
+		close(q.spaceFreed)
+		q.spaceFreed = nil
 	}
 	if len(b.events) >= flushAt {
 		full = true
@@ -211,6 +252,10 @@ func (q *queue) close() bool {
 	}
 	q.closed = true
 	q.wake = false
+	if q.spaceFreed != nil {
+		close(q.spaceFreed) // blocked EnqueueContext calls return ErrClosed
+		q.spaceFreed = nil
+	}
 	signal(q.eventsReady)
 	return true
 }
