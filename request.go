@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 )
@@ -37,6 +38,9 @@ type sender struct {
 	writeKey  []byte // JSON-encoded once
 	gzip      bool
 	zw        *gzip.Writer // reused across attempts
+
+	plain, zipped []byte       // body buffers, reused across attempts
+	inFlight      *attemptBody // body of the last attempt
 }
 
 func newSender(s *settings, client *http.Client) *sender {
@@ -50,12 +54,10 @@ func newSender(s *settings, client *http.Client) *sender {
 	}
 }
 
-// encodeBody writes {"batch":[…],"sentAt":…,"writeKey":…}; sentAt is the
-// time of this attempt (R4). Each attempt gets a fresh buffer: the transport
-// may still read the previous body after its response arrived.
-func (s *sender) encodeBody(b *batch, sentAt time.Time) []byte {
-	buf := make([]byte, 0, b.bytes+len(s.writeKey)+64)
-	buf = append(buf, `{"batch":[`...)
+// encodeBody writes {"batch":[…],"sentAt":…,"writeKey":…} into buf; sentAt
+// is the time of this attempt (R4).
+func (s *sender) encodeBody(buf []byte, b *batch, sentAt time.Time) []byte {
+	buf = append(buf[:0], `{"batch":[`...)
 	for i := range b.events {
 		if i > 0 {
 			buf = append(buf, ',')
@@ -69,17 +71,44 @@ func (s *sender) encodeBody(b *batch, sentAt time.Time) []byte {
 	return append(buf, '}')
 }
 
-func (s *sender) compress(body []byte) []byte {
-	var out bytes.Buffer
-	out.Grow(len(body)/4 + 64)
+func (s *sender) compress(dst, body []byte) []byte {
+	out := bytes.NewBuffer(dst[:0])
 	if s.zw == nil {
-		s.zw, _ = gzip.NewWriterLevel(&out, gzip.BestSpeed)
+		s.zw, _ = gzip.NewWriterLevel(out, gzip.BestSpeed)
 	} else {
-		s.zw.Reset(&out)
+		s.zw.Reset(out)
 	}
 	_, _ = s.zw.Write(body) // writes to a bytes.Buffer cannot fail
 	_ = s.zw.Close()
 	return out.Bytes()
+}
+
+// attemptBody is a request body that reports when the transport is done
+// with it: RoundTrip may close (and read) the body after it returned, so
+// the buffer behind it is reused only once Close was called.
+type attemptBody struct {
+	*bytes.Reader
+	once   sync.Once
+	closed chan struct{}
+}
+
+func (b *attemptBody) Close() error {
+	b.once.Do(func() { close(b.closed) })
+	return nil
+}
+
+// buffers returns the plain and gzip buffers for the next attempt: the
+// previous ones when the transport has released them, else fresh ones.
+func (s *sender) buffers() (plain, zipped []byte) {
+	if s.inFlight != nil {
+		select {
+		case <-s.inFlight.closed:
+		default:
+			s.plain, s.zipped = nil, nil // still held by the transport: let it keep them
+		}
+		s.inFlight = nil
+	}
+	return s.plain, s.zipped
 }
 
 // response is what classification needs from one attempt.
@@ -92,13 +121,22 @@ type response struct {
 
 // send makes one attempt. A nil error means a status line was received.
 func (s *sender) send(ctx context.Context, b *batch) (response, error) {
-	body := s.encodeBody(b, time.Now())
+	plain, zipped := s.buffers()
+	body := s.encodeBody(plain, b, time.Now())
+	s.plain = body
 	if s.gzip {
-		body = s.compress(body)
+		body = s.compress(zipped, body)
+		s.zipped = body
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(body))
+	rb := &attemptBody{Reader: bytes.NewReader(body), closed: make(chan struct{})}
+	s.inFlight = rb
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, rb)
 	if err != nil {
 		return response{}, err
+	}
+	req.ContentLength = int64(len(body))
+	req.GetBody = func() (io.ReadCloser, error) { // 307/308 replay the body (R11)
+		return io.NopCloser(bytes.NewReader(body)), nil
 	}
 	// Exactly the header set of R5–R7; README lists it.
 	req.Header = http.Header{

@@ -1,0 +1,165 @@
+package analytics
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// blockedTransport holds every request until the client shuts down, so
+// benchmarks measure the caller's cost alone.
+type blockedTransport struct{}
+
+func (blockedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	<-req.Context().Done()
+	return nil, req.Context().Err()
+}
+
+// discardQueued empties the queue outside the timer, so a benchmark's live
+// heap stays at QueueCapacity as it would in a real, draining client.
+func (q *queue) discardQueued() {
+	q.mu.Lock()
+	var evs []event
+	for q.n > 0 {
+		evs = append(evs, q.ring[q.head])
+		q.ring[q.head] = event{}
+		q.head = (q.head + 1) % len(q.ring)
+		q.n--
+	}
+	q.mu.Unlock()
+	q.settle(evs)
+}
+
+// BenchmarkTrack is the hot path with the uploader blocked: validate, stamp,
+// encode once, enqueue. The caller's own four-entry map is built outside the
+// loop's measured work only in the "prebuilt" variant.
+func BenchmarkTrack(b *testing.B) {
+	for _, prebuilt := range []bool{true, false} {
+		name := "caller-builds-properties"
+		if prebuilt {
+			name = "prebuilt-properties"
+		}
+		b.Run(name, func(b *testing.B) {
+			c, err := New("wk", WithEndpoint("http://127.0.0.1:1"), WithHTTPClient(&http.Client{Transport: blockedTransport{}}),
+				WithConsumers(1))
+			if err != nil {
+				b.Fatal(err)
+			}
+			props := Properties{"plan": "pro", "amount": 42, "currency": "EUR", "trial": false}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if i%DefaultQueueCapacity == DefaultQueueCapacity-1 {
+					b.StopTimer()
+					c.q.discardQueued()
+					b.StartTimer()
+				}
+				p := props
+				if !prebuilt {
+					p = Properties{"plan": "pro", "amount": i, "currency": "EUR", "trial": false}
+				}
+				if err := c.Track(Track{UserID: "user-1234", Event: "Order Completed", Properties: p}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+			defer cancel()
+			_ = c.Close(ctx)
+		})
+	}
+}
+
+// BenchmarkTrackParallel is the hot path from all cores at once.
+func BenchmarkTrackParallel(b *testing.B) {
+	c, err := New("wk", WithEndpoint("http://127.0.0.1:1"), WithHTTPClient(&http.Client{Transport: blockedTransport{}}),
+		WithQueueCapacity(b.N+1), WithConsumers(1)) // no discarding here: parallel timers cannot stop
+	if err != nil {
+		b.Fatal(err)
+	}
+	props := Properties{"plan": "pro", "amount": 42, "currency": "EUR", "trial": false}
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if err := c.Track(Track{UserID: "user-1234", Event: "Order Completed", Properties: props}); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	_ = c.Close(ctx)
+}
+
+func benchBatch(n int) *batch {
+	b := &batch{}
+	for i := 0; i < n; i++ {
+		e := &encoder{}
+		m := Track{MessageID: newMessageID(), UserID: "user-" + strconv.Itoa(i), Event: "Order Completed", Timestamp: time.Now(),
+			Properties: Properties{"plan": "pro", "amount": i, "currency": "EUR", "trial": false}}
+		if err := m.appendJSON(e); err != nil {
+			panic(err)
+		}
+		b.events = append(b.events, event{msg: m, data: e.buf})
+		b.bytes += len(e.buf) + 1
+	}
+	return b
+}
+
+// BenchmarkEncodeBody builds the body of a 250-event batch, with and
+// without gzip.
+func BenchmarkEncodeBody(b *testing.B) {
+	bt := benchBatch(250)
+	s := &sender{writeKey: appendString(nil, "wk")}
+	var plain, zipped []byte
+	b.Run("plain", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			plain = s.encodeBody(plain, bt, time.Now())
+		}
+	})
+	b.Run("gzip", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			plain = s.encodeBody(plain, bt, time.Now())
+			zipped = s.compress(zipped, plain)
+		}
+	})
+}
+
+// BenchmarkEncodeEvent is the per-event JSON encoding alone.
+func BenchmarkEncodeEvent(b *testing.B) {
+	m := Track{MessageID: "0b9a3c7e-4d8f-4f6a-9c1e-2b3d4f5a6b7c", UserID: "user-1234", Event: "Order Completed", Timestamp: time.Now(),
+		Properties: Properties{"plan": "pro", "amount": 42, "currency": "EUR", "trial": false}}
+	e := &encoder{}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		e.buf = e.buf[:0]
+		_ = m.appendJSON(e)
+	}
+}
+
+func BenchmarkParseRetryAfter(b *testing.B) {
+	now := time.Now()
+	for _, v := range []string{"120", "Wed, 21 Oct 2037 07:28:00 GMT", "Wed, 21 Oct 2037 07:28:00 -0000", "soon"} {
+		b.Run(v, func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				_, _ = parseRetryAfter(v, now)
+			}
+		})
+	}
+}
+
+func BenchmarkClassifyResponse(b *testing.B) {
+	now := time.Now()
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		_ = classifyResponse(200+i%400, "3", i%3 == 0, now)
+	}
+}
