@@ -228,8 +228,7 @@ func (c *Client) enqueue(ctx context.Context, m Message) error {
 		err = fmt.Errorf("%w: %d bytes of JSON, limit %d", ErrEventTooLarge, len(e.buf), MaxEventBytes)
 	}
 	if err == nil {
-		data = make([]byte, len(e.buf))
-		copy(data, e.buf)
+		data = copyToSlab(e.buf)
 	}
 	if cap(e.buf) <= 64<<10 {
 		encoderPool.Put(e)

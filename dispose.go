@@ -2,7 +2,6 @@ package analytics
 
 import (
 	"errors"
-	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
@@ -130,29 +129,4 @@ func (c *Client) Stats() Stats {
 		RateLimited:    c.stats.rateLimited.Load(),
 		RateLimitWaits: c.stats.rateLimitWaits.Load(),
 	}
-}
-
-// newMessageID returns a random (version 4) UUID. math/rand/v2's global
-// source is ChaCha8, seeded by the runtime and safe for concurrent use,
-// which is plenty for idempotency keys and far cheaper than crypto/rand.
-func newMessageID() string {
-	var b [36]byte
-	hi, lo := rand.Uint64(), rand.Uint64()
-	hi = hi&^(0xf<<12) | 0x4<<12 // version 4
-	lo = lo&^(0x3<<62) | 0x2<<62 // RFC 4122 variant
-	var raw [16]byte
-	for i := 0; i < 8; i++ {
-		raw[i] = byte(hi >> (56 - 8*i))
-		raw[8+i] = byte(lo >> (56 - 8*i))
-	}
-	j := 0
-	for i, x := range raw {
-		if i == 4 || i == 6 || i == 8 || i == 10 {
-			b[j] = '-'
-			j++
-		}
-		b[j], b[j+1] = hexDigits[x>>4], hexDigits[x&0xf]
-		j += 2
-	}
-	return string(b[:])
 }
