@@ -563,7 +563,9 @@ func TestEpisodeEndsOnPlainResponse(t *testing.T) {
 			case r.ids[0] == "e1":
 				return reply{status: 400}
 			case r.retryCount() == "":
-				return ra(429, "1")
+				// Answered 4.5 s after e1's episode began: a stale start
+				// would make this 429 exceed the 4 s limit at once.
+				return reply{status: 429, header: map[string]string{"Retry-After": "1"}, hold: time.Second}
 			}
 			return reply{status: 200}
 		})
@@ -571,7 +573,7 @@ func TestEpisodeEndsOnPlainResponse(t *testing.T) {
 		c := newTestClient(t, api, cb, WithFlushAt(1), WithMaxRateLimitDuration(4*time.Second))
 		mustTrack(t, c, "e1")
 		require.NoError(t, flush(t, c, time.Minute))
-		time.Sleep(5 * time.Second)
+		time.Sleep(2500 * time.Millisecond)
 		mustTrack(t, c, "e2")
 		require.NoError(t, flush(t, c, time.Minute))
 		reqs := api.requests()
