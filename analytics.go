@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -63,6 +64,7 @@ type Client struct {
 	cancelStop    context.CancelFunc // interrupts waits and requests (Close deadline)
 	assembleToken chan struct{}
 	consumers     sync.WaitGroup
+	ownTransport  *http.Transport // the transport New made, closed by Close; nil for WithHTTPClient
 
 	stats     counters
 	dropMu    sync.Mutex
@@ -91,6 +93,9 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 	c.stop, c.cancelStop = context.WithCancel(context.Background())
 	c.assembleToken <- struct{}{}
 	httpClient := newHTTPClient(&s)
+	if !s.CustomHTTPClient {
+		c.ownTransport, _ = httpClient.Transport.(*http.Transport)
+	}
 	c.consumers.Add(s.Consumers)
 	for i := 0; i < s.Consumers; i++ {
 		w := &consumer{c: c, sender: newSender(&s, httpClient)}
@@ -111,27 +116,27 @@ func (c *Client) Track(m Track) error {
 		return err
 	}
 	stamp(&m.MessageID, &m.Timestamp)
-	return c.enqueue(nil, m)
+	return c.enqueue(context.Background(), false, m)
 }
 
 // Identify enqueues an identify event; errors as for Track.
-func (c *Client) Identify(m Identify) error { return enqueueAs(c, nil, m) }
+func (c *Client) Identify(m Identify) error { return enqueueAs(c, context.Background(), false, m) }
 
 // Group enqueues a group event; errors as for Track.
-func (c *Client) Group(m Group) error { return enqueueAs(c, nil, m) }
+func (c *Client) Group(m Group) error { return enqueueAs(c, context.Background(), false, m) }
 
 // Page enqueues a page event; errors as for Track.
-func (c *Client) Page(m Page) error { return enqueueAs(c, nil, m) }
+func (c *Client) Page(m Page) error { return enqueueAs(c, context.Background(), false, m) }
 
 // Screen enqueues a screen event; errors as for Track.
-func (c *Client) Screen(m Screen) error { return enqueueAs(c, nil, m) }
+func (c *Client) Screen(m Screen) error { return enqueueAs(c, context.Background(), false, m) }
 
 // Alias enqueues an alias event; errors as for Track.
-func (c *Client) Alias(m Alias) error { return enqueueAs(c, nil, m) }
+func (c *Client) Alias(m Alias) error { return enqueueAs(c, context.Background(), false, m) }
 
 // Enqueue enqueues any Message (a value or a non-nil pointer of one of the
 // six types) without blocking; errors as for Track.
-func (c *Client) Enqueue(m Message) error { return c.dispatch(nil, m) }
+func (c *Client) Enqueue(m Message) error { return c.dispatch(context.Background(), false, m) }
 
 // EnqueueContext is the blocking mode, for backfills and batch jobs that
 // must not drop: when the queue is full it waits for room until ctx ends,
@@ -142,47 +147,47 @@ func (c *Client) EnqueueContext(ctx context.Context, m Message) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	return c.dispatch(ctx, m)
+	return c.dispatch(ctx, true, m)
 }
 
-// dispatch validates, stamps and enqueues m; a nil ctx means never wait.
-func (c *Client) dispatch(ctx context.Context, m Message) error {
+// dispatch validates, stamps and enqueues m; with wait it waits for room.
+func (c *Client) dispatch(ctx context.Context, wait bool, m Message) error {
 	switch v := m.(type) {
 	case Track:
-		return enqueueAs(c, ctx, v)
+		return enqueueAs(c, ctx, wait, v)
 	case *Track:
 		if v != nil {
-			return enqueueAs(c, ctx, *v)
+			return enqueueAs(c, ctx, wait, *v)
 		}
 	case Identify:
-		return enqueueAs(c, ctx, v)
+		return enqueueAs(c, ctx, wait, v)
 	case *Identify:
 		if v != nil {
-			return enqueueAs(c, ctx, *v)
+			return enqueueAs(c, ctx, wait, *v)
 		}
 	case Group:
-		return enqueueAs(c, ctx, v)
+		return enqueueAs(c, ctx, wait, v)
 	case *Group:
 		if v != nil {
-			return enqueueAs(c, ctx, *v)
+			return enqueueAs(c, ctx, wait, *v)
 		}
 	case Page:
-		return enqueueAs(c, ctx, v)
+		return enqueueAs(c, ctx, wait, v)
 	case *Page:
 		if v != nil {
-			return enqueueAs(c, ctx, *v)
+			return enqueueAs(c, ctx, wait, *v)
 		}
 	case Screen:
-		return enqueueAs(c, ctx, v)
+		return enqueueAs(c, ctx, wait, v)
 	case *Screen:
 		if v != nil {
-			return enqueueAs(c, ctx, *v)
+			return enqueueAs(c, ctx, wait, *v)
 		}
 	case Alias:
-		return enqueueAs(c, ctx, v)
+		return enqueueAs(c, ctx, wait, v)
 	case *Alias:
 		if v != nil {
-			return enqueueAs(c, ctx, *v)
+			return enqueueAs(c, ctx, wait, *v)
 		}
 	}
 	return &MessageError{Type: "unknown", Field: "Message", Reason: "must be a non-nil Track, Identify, Group, Page, Screen or Alias"}
@@ -193,13 +198,13 @@ func (c *Client) dispatch(ctx context.Context, m Message) error {
 func enqueueAs[M Message, P interface {
 	*M
 	stampFields() (*string, *time.Time)
-}](c *Client, ctx context.Context, m M) error {
+}](c *Client, ctx context.Context, wait bool, m M) error {
 	if err := m.Validate(); err != nil {
 		return err
 	}
 	id, ts := P(&m).stampFields()
 	stamp(id, ts)
-	return c.enqueue(ctx, m)
+	return c.enqueue(ctx, wait, m)
 }
 
 // stamp fills the fields the SDK owns, never overwriting the caller's (R2).
@@ -215,8 +220,8 @@ func stamp(id *string, ts *time.Time) {
 var encoderPool = sync.Pool{New: func() any { return &encoder{buf: make([]byte, 0, 1024)} }}
 
 // enqueue encodes m once and queues it (R43, R45). m is already stamped.
-// With a nil ctx it never waits; otherwise it waits for room until ctx ends.
-func (c *Client) enqueue(ctx context.Context, m Message) error {
+// Without wait it never blocks; with wait it waits for room until ctx ends.
+func (c *Client) enqueue(ctx context.Context, wait bool, m Message) error {
 	if c.closed.Load() {
 		return ErrClosed
 	}
@@ -240,7 +245,7 @@ func (c *Client) enqueue(ctx context.Context, m Message) error {
 		}
 		return err
 	}
-	if ctx == nil {
+	if !wait {
 		err = c.q.push(event{msg: m, data: data})
 	} else {
 		err = c.q.pushWait(ctx, event{msg: m, data: data})
@@ -321,6 +326,9 @@ func (c *Client) Close(ctx context.Context) error {
 		}
 	}
 	c.cancelStop()
+	if c.ownTransport != nil {
+		c.ownTransport.CloseIdleConnections() // no keep-alive goroutines outlive Close
+	}
 	if rest := c.q.drain(); len(rest) > 0 {
 		c.settle(rest, &DeliveryError{Reason: ErrShutdownInterrupted})
 	}

@@ -159,7 +159,10 @@ func (w *consumer) deliver(b *batch) {
 			return
 		case outcomeRateLimited:
 			c.stats.rateLimited.Add(1)
-			episode, exceeded := c.gate.rateLimited(now, v.delay) // R31
+			episode, opened, exceeded := c.gate.rateLimited(now, v.delay) // R31
+			if opened {
+				c.log.Debug("rate-limit episode started", zap.Int("status", resp.status), zap.Duration("retryAfter", v.delay)) // R51
+			}
 			if exceeded {
 				w.failRateLimited(b) // R35
 				return

@@ -33,14 +33,6 @@ type batch struct {
 	episode uint64
 }
 
-func (b *batch) messages() []Message {
-	msgs := make([]Message, len(b.events))
-	for i := range b.events {
-		msgs[i] = b.events[i].msg
-	}
-	return msgs
-}
-
 // queue is the one structure shared by Track and the consumers: a bounded
 // FIFO of accepted events, the re-queued batches that go before it, and the
 // ledger that Flush and Close wait on. One mutex guards it all; producers

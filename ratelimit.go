@@ -111,24 +111,26 @@ type rateLimitGate struct {
 }
 
 // rateLimited records a usable Retry-After of d received at now (R31). It
-// returns the episode the batch is re-queued under, or exceeded when the
+// returns the episode the batch is re-queued under, whether this response
+// opened it, and exceeded when the
 // episode has lasted MaxRateLimitDuration (R35): the episode and its
 // deadline are then cleared and every re-queued batch must fail.
-func (g *rateLimitGate) rateLimited(now time.Time, d time.Duration) (episode uint64, exceeded bool) {
+func (g *rateLimitGate) rateLimited(now time.Time, d time.Duration) (episode uint64, opened, exceeded bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.start.IsZero() {
 		g.episode++
 		g.start = now
+		opened = true
 	}
 	if now.Sub(g.start) >= g.limit {
 		g.expireLocked()
-		return g.episode, true
+		return g.episode, opened, true
 	}
 	if dl := now.Add(d); dl.After(g.deadline) {
 		g.deadline = dl
 	}
-	return g.episode, false
+	return g.episode, opened, false
 }
 
 func (g *rateLimitGate) expireLocked() {

@@ -102,7 +102,7 @@ func TestParseOnceAcrossSecondBoundary(t *testing.T) {
 
 	g := &rateLimitGate{limit: time.Hour}
 	mono := time.Now()
-	_, exceeded := g.rateLimited(mono, v.delay)
+	_, _, exceeded := g.rateLimited(mono, v.delay)
 	require.False(t, exceeded)
 	d := g.check(mono, &batch{})
 	assert.Equal(t, time.Second, d.wait, "episode open implies a deadline")
@@ -112,11 +112,11 @@ func TestParseOnceAcrossSecondBoundary(t *testing.T) {
 func TestRateLimitGateEpisodeAndDeadline(t *testing.T) {
 	t0 := time.Now()
 	g := &rateLimitGate{limit: 10 * time.Second}
-	ep, exceeded := g.rateLimited(t0, 5*time.Second)
+	ep, _, exceeded := g.rateLimited(t0, 5*time.Second)
 	require.False(t, exceeded)
 	assert.Equal(t, uint64(1), ep)
 	// A shorter Retry-After never shortens the deadline (max).
-	_, _ = g.rateLimited(t0.Add(time.Second), time.Second)
+	_, _, _ = g.rateLimited(t0.Add(time.Second), time.Second)
 	assert.Equal(t, 5*time.Second, g.check(t0, &batch{}).wait)
 	// A 2xx from an in-flight request ends the episode, not the deadline.
 	assert.True(t, g.endEpisode())
@@ -126,10 +126,10 @@ func TestRateLimitGateEpisodeAndDeadline(t *testing.T) {
 	assert.Zero(t, g.check(t0.Add(5*time.Second), &batch{}).wait)
 	assert.True(t, g.deadline.IsZero())
 	// A new episode has a new number and its own start.
-	ep2, _ := g.rateLimited(t0.Add(20*time.Second), time.Second)
+	ep2, _, _ := g.rateLimited(t0.Add(20*time.Second), time.Second)
 	assert.Equal(t, uint64(2), ep2)
 	// Waits never run past start + limit.
-	_, _ = g.rateLimited(t0.Add(28*time.Second), 300*time.Second)
+	_, _, _ = g.rateLimited(t0.Add(28*time.Second), 300*time.Second)
 	assert.Equal(t, 2*time.Second, g.check(t0.Add(28*time.Second), &batch{}).wait)
 	// At start + limit the episode expires; batches re-queued under it are doomed.
 	d := g.check(t0.Add(30*time.Second), &batch{episode: ep2})
@@ -147,7 +147,7 @@ func TestRateLimitGateEpisodeAndDeadline(t *testing.T) {
 func TestGateInstantsKeepMonotonicReading(t *testing.T) {
 	g := &rateLimitGate{limit: time.Hour}
 	now := time.Now()
-	_, _ = g.rateLimited(now, 5*time.Second)
+	_, _, _ = g.rateLimited(now, 5*time.Second)
 	assert.Contains(t, g.deadline.String(), "m=+", "deadline keeps the monotonic reading")
 	assert.Contains(t, g.start.String(), "m=+", "episode start keeps the monotonic reading")
 }

@@ -1,0 +1,226 @@
+package analyticstest
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+)
+
+// maxRequestBody bounds how much of a request body the Server reads; the
+// client never sends more than analytics.MaxBatchBytes.
+const maxRequestBody = 4 << 20
+
+// Server is a recording tracking endpoint on 127.0.0.1: it accepts
+// POST /v1/batch as the tracking API does, decodes the body (gzip
+// included), checks the Basic authorization and remembers every request.
+// Pass URL to analytics.WithEndpoint. Create it with NewServer in a test or
+// StartServer elsewhere. Its methods are safe for concurrent use.
+//
+// By default it answers 200 with {} to every well-formed request.
+// SetResponse scripts another answer. Requests that are not
+// POST /v1/batch get 404, those without Basic authorization (a non-empty
+// user name and an empty password) or with a write key other than the one
+// given to WithWriteKey get 401, and bodies that are not a JSON object
+// with a "batch" array get 400. Every request is recorded whatever the
+// answer.
+type Server struct {
+	http     *httptest.Server
+	writeKey string
+
+	mu       sync.Mutex
+	requests []Request
+	status   int
+	body     string
+}
+
+// Request is one request as the Server received and answered it.
+type Request struct {
+	Method string
+	Path   string
+	Header http.Header
+	// Body is the request body, decompressed when it was sent with
+	// Content-Encoding: gzip.
+	Body []byte
+	// Gzip reports whether the body was sent with Content-Encoding: gzip.
+	Gzip bool
+	// WriteKey is the user name of the Basic authorization ("" if absent).
+	WriteKey string
+	// Events are the decoded elements of the body's "batch" array, with
+	// JSON numbers as float64.
+	Events []map[string]any
+	// SentAt is the body's "sentAt" field.
+	SentAt string
+	// Status is the status code the Server answered.
+	Status int
+}
+
+// RetryCount returns the X-Retry-Count header ("" on a first attempt).
+func (r Request) RetryCount() string { return r.Header.Get("X-Retry-Count") }
+
+// ServerOption configures a Server in NewServer or StartServer.
+type ServerOption interface {
+	applyServer(*Server)
+}
+
+type serverOptionFunc func(*Server)
+
+func (f serverOptionFunc) applyServer(s *Server) { f(s) }
+
+// WithWriteKey makes the Server answer 401 to requests whose Basic
+// authorization carries another write key. Default: any non-empty write
+// key is accepted.
+func WithWriteKey(key string) ServerOption {
+	return serverOptionFunc(func(s *Server) { s.writeKey = key })
+}
+
+// NewServer starts a Server for the duration of t: it is closed by
+// t.Cleanup. It calls t.Fatal if no loopback port can be opened.
+func NewServer(t testing.TB, opts ...ServerOption) *Server {
+	t.Helper()
+	s, err := StartServer(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// StartServer starts a Server on a free port of 127.0.0.1. The caller must
+// call Close.
+func StartServer(opts ...ServerOption) (*Server, error) {
+	s := &Server{status: http.StatusOK, body: "{}"}
+	for _, o := range opts {
+		if o != nil {
+			o.applyServer(s)
+		}
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("analyticstest: listen on 127.0.0.1: %w", err)
+	}
+	s.http = &httptest.Server{Listener: l, Config: &http.Server{Handler: http.HandlerFunc(s.serve)}}
+	s.http.Start()
+	return s, nil
+}
+
+// URL returns the base URL (http://127.0.0.1:port), for
+// analytics.WithEndpoint.
+func (s *Server) URL() string { return s.http.URL }
+
+// Close shuts the Server down, closing its connections, and waits for
+// requests in progress. It may be called more than once.
+func (s *Server) Close() { s.http.Close() }
+
+// SetResponse makes the Server answer later well-formed requests with
+// status and body (default 200 and {}). Events of requests answered with a
+// status outside 200–299 are not in Events or MessageIDs.
+func (s *Server) SetResponse(status int, body string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.status, s.body = status, body
+}
+
+// Requests returns a copy of every request received, in arrival order.
+func (s *Server) Requests() []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Request, len(s.requests))
+	copy(out, s.requests)
+	return out
+}
+
+// Events returns the events of every request answered 2xx, in arrival
+// order. A batch that was sent more than once appears more than once; the
+// real API drops such repeats by messageId.
+func (s *Server) Events() []map[string]any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []map[string]any
+	for _, r := range s.requests {
+		if delivered(r.Status) {
+			out = append(out, r.Events...)
+		}
+	}
+	return out
+}
+
+// MessageIDs returns the messageId of each event that Events returns, in
+// the same order.
+func (s *Server) MessageIDs() []string {
+	var ids []string
+	for _, e := range s.Events() {
+		id, _ := e["messageId"].(string)
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// Reset forgets the recorded requests and restores the default response.
+func (s *Server) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.requests = nil
+	s.status, s.body = http.StatusOK, "{}"
+}
+
+func delivered(status int) bool { return status >= 200 && status <= 299 }
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	rec := Request{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone()}
+	status, body := s.receive(w, r, &rec)
+	rec.Status = status
+	s.mu.Lock()
+	s.requests = append(s.requests, rec)
+	s.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = io.WriteString(w, body)
+}
+
+// receive checks and decodes one request and returns the answer.
+func (s *Server) receive(w http.ResponseWriter, r *http.Request, rec *Request) (int, string) {
+	if r.Method != http.MethodPost || r.URL.Path != "/v1/batch" {
+		return http.StatusNotFound, `{"message":"not found: the tracking API accepts POST /v1/batch"}`
+	}
+	user, password, ok := r.BasicAuth()
+	rec.WriteKey = user
+	if !ok || user == "" || password != "" {
+		return http.StatusUnauthorized, `{"message":"missing Basic authorization with the write key as user name"}`
+	}
+	if s.writeKey != "" && user != s.writeKey {
+		return http.StatusUnauthorized, `{"message":"invalid write key"}`
+	}
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRequestBody))
+	if err != nil {
+		return http.StatusRequestEntityTooLarge, `{"message":"body too large or unreadable"}`
+	}
+	if r.Header.Get("Content-Encoding") == "gzip" {
+		rec.Gzip = true
+		zr, err := gzip.NewReader(bytes.NewReader(raw))
+		if err == nil {
+			raw, err = io.ReadAll(io.LimitReader(zr, maxRequestBody))
+		}
+		if err != nil {
+			return http.StatusBadRequest, `{"message":"invalid gzip body"}`
+		}
+	}
+	rec.Body = raw
+	var payload struct {
+		Batch  []map[string]any `json:"batch"`
+		SentAt string           `json:"sentAt"`
+	}
+	if err := json.Unmarshal(raw, &payload); err != nil || payload.Batch == nil {
+		return http.StatusBadRequest, `{"message":"body must be a JSON object with a batch array"}`
+	}
+	rec.Events, rec.SentAt = payload.Batch, payload.SentAt
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.status, s.body
+}

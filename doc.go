@@ -1,0 +1,57 @@
+// Package analytics sends events (track, identify, group, page, screen,
+// alias) to a Segment-compatible tracking API, in batches, from a
+// background pipeline that retries with backoff, honours Retry-After and
+// gives every accepted event exactly one reported outcome.
+//
+//	client, err := analytics.New(os.Getenv("ANALYTICS_WRITE_KEY"),
+//		analytics.WithOnError(func(err error, events []analytics.Message) {
+//			log.Printf("analytics: %d event(s) not delivered: %v", len(events), err)
+//		}),
+//	)
+//	if err != nil {
+//		log.Fatal(err)
+//	}
+//	err = client.Track(analytics.Track{
+//		UserID:     "user-42",
+//		Event:      "Order Completed",
+//		Properties: analytics.Properties{"revenue": 39.95},
+//	})
+//	// …
+//	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+//	defer cancel()
+//	err = client.Close(ctx) // at shutdown: deliver what is queued, within 10 s
+//
+// # Concurrency
+//
+// A *Client is safe for concurrent use; create one per process and share
+// it. The enqueue methods (Track, Identify, Group, Page, Screen, Alias,
+// Enqueue) never block and do no I/O: they validate and encode the event,
+// stamp its messageId and timestamp when empty, and queue it, or return an
+// error (ErrQueueFull, ErrClosed, ErrEventTooLarge, a *MessageError) and
+// forget it. EnqueueContext is the blocking variant for backfills. Uploads
+// happen on the client's consumer goroutines, which also run the OnSuccess
+// and OnError callbacks (see Client for the callback contract).
+//
+// # Delivery
+//
+// Delivery is at least once. Every event carries a messageId that the API
+// uses to drop repeats, and a batch is re-sent with the same events and
+// ids. Only a 2xx response counts as delivered. Retryable responses (408,
+// 410, 429, 460 and 5xx except 501, 505 and 511) and transport errors are
+// retried with exponential backoff (0.5 s doubling to 60 s, ±10 % jitter,
+// MaxRetries 10 by default); a usable Retry-After, capped at 300 s, pauses
+// every consumer instead and does not count as a retry. Each accepted event
+// ends in exactly one callback: OnSuccess (delivered), OnError with a
+// failure, or OnError with ErrShutdownInterrupted when Close's deadline
+// handed it back.
+//
+// Flush waits for what was enqueued before it; Close drains the queue with
+// the same policy and, when its context ends first, hands back what is
+// left and returns within the deadline plus 0.5 s.
+//
+// # Testing
+//
+// Application code that takes a Tracker instead of a *Client can be tested
+// with analyticstest.Fake; analyticstest.Server is a recording endpoint for
+// tests of the whole path.
+package analytics
