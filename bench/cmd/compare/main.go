@@ -44,7 +44,6 @@ type driverResult struct {
 	Delivered    int64           `json:"delivered"`
 	EventsPerS   float64         `json:"events_per_s"`
 	Ours         json.RawMessage `json:"ours_stats"`
-	FullWaits    int64           `json:"full_waits"`
 	CBSuccess    int64           `json:"cb_success"`
 	CBFailure    int64           `json:"cb_failure"`
 }
@@ -83,7 +82,7 @@ func main() {
 	var sdks, ns, faults string
 	flag.StringVar(&o.bin, "bin", "bin", "directory with the sink and driver binaries")
 	flag.StringVar(&o.outDir, "out", "results", "directory for the raw JSONL and the Markdown table")
-	flag.StringVar(&sdks, "sdks", "ours,segment,posthog,ours-bp", "SDKs in the order they run within a round")
+	flag.StringVar(&sdks, "sdks", "ours,segment,posthog,ours-block", "SDKs in the order they run within a round")
 	flag.StringVar(&ns, "n", "200000,1000000", "event counts of the no-fault runs")
 	flag.IntVar(&o.runs, "runs", 3, "no-fault runs per (SDK, N); the table shows medians")
 	flag.StringVar(&faults, "faults", "500,429,lostack", "fault modes, one run each at -fault-n (\"\" for none)")
@@ -325,9 +324,6 @@ func writeNotes(w io.Writer, recs []*record) {
 		var sdkSide string
 		if len(r.d.Ours) > 0 && string(r.d.Ours) != "null" {
 			sdkSide = "Stats=" + string(r.d.Ours)
-			if r.d.FullWaits > 0 {
-				sdkSide += fmt.Sprintf(" full_waits=%d", r.d.FullWaits)
-			}
 		} else {
 			sdkSide = fmt.Sprintf("callbacks ok=%d failed=%d", r.d.CBSuccess, r.d.CBFailure)
 		}

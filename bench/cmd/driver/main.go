@@ -68,7 +68,6 @@ type Result struct {
 
 	// SDK-side accounting.
 	Ours      *ours.Stats `json:"ours_stats,omitempty"`
-	FullWaits int64       `json:"full_waits,omitempty"` // ours-bp: 1 ms sleeps after ErrQueueFull
 	CBSuccess int64       `json:"cb_success,omitempty"` // segment/posthog Callback.Success calls
 	CBFailure int64       `json:"cb_failure,omitempty"` // segment/posthog Callback.Failure calls
 }
@@ -98,50 +97,54 @@ type client struct {
 	// settled (segment, posthog) is how many events the Callback has seen
 	// (success or final failure); nil for ours.
 	settled func() int64
+	// idle (segment, posthog) reports that no request is in flight and no
+	// batch is waiting for a retry.
+	idle func() bool
 }
 
-func newClient(sdk, endpoint string) (*client, error) {
+func newClient(ctx context.Context, sdk, endpoint string, drain bool) (*client, error) {
 	switch sdk {
-	case "ours", "ours-bp":
+	case "ours", "ours-block":
 		// Defaults except the endpoint (FlushAt 250, 2 consumers, queue
 		// 10 000, no gzip, silent logger). Track never blocks: with a full
 		// queue it returns ErrQueueFull and the event is dropped.
 		//
-		// "ours-bp" is the same client with caller-side backpressure: on
-		// ErrQueueFull the caller sleeps 1 ms and tries the same event again,
-		// which is what segment and posthog do implicitly (their Enqueue
-		// blocks on a 100-slot channel). Only ErrQueueFull is retried.
+		// "ours-block" is the same client used through its blocking mode,
+		// EnqueueContext, which waits for queue room (until the -timeout
+		// deadline) like segment's and posthog's Enqueue do implicitly (they
+		// block on a 100-slot channel).
 		c, err := ours.New(writeKey, ours.WithEndpoint(endpoint))
 		if err != nil {
 			return nil, err
 		}
-		backpressure := sdk == "ours-bp"
-		var fullWaits int64
-		return &client{
-			track: func(i int, user string) error {
-				m := ours.Track{UserID: user, Event: eventName, Properties: ours.Properties{
+		track := func(i int, user string) error {
+			return c.Track(ours.Track{UserID: user, Event: eventName, Properties: ours.Properties{
+				"plan": "pro", "amount": i, "currency": "EUR", "trial": false,
+			}})
+		}
+		if sdk == "ours-block" {
+			track = func(i int, user string) error {
+				return c.EnqueueContext(ctx, ours.Track{UserID: user, Event: eventName, Properties: ours.Properties{
 					"plan": "pro", "amount": i, "currency": "EUR", "trial": false,
-				}}
-				err := c.Track(m)
-				for backpressure && errors.Is(err, ours.ErrQueueFull) {
-					fullWaits++
-					time.Sleep(time.Millisecond)
-					err = c.Track(m)
-				}
-				return err
-			},
+				}})
+			}
+		}
+		return &client{
+			track: track,
 			close: c.Close,
-			after: func(r *Result) { s := c.Stats(); r.Ours = &s; r.FullWaits = fullWaits },
+			after: func(r *Result) { s := c.Stats(); r.Ours = &s },
 		}, nil
 	case "segment":
 		// Defaults (BatchSize 250, Interval 5 s, default transport, 10
 		// attempts with backo 100 ms×2 capped at 10 s) except the endpoint,
 		// a silent logger and a counting callback.
 		cnt := &counter{}
+		tr := newTracker()
 		c, err := segment.NewWithConfig(writeKey, segment.Config{
-			Endpoint: endpoint,
-			Logger:   quiet{},
-			Callback: segCallback{cnt},
+			Endpoint:  endpoint,
+			Logger:    quiet{},
+			Callback:  segCallback{cnt},
+			Transport: tr.transport(drain),
 		})
 		if err != nil {
 			return nil, err
@@ -155,6 +158,7 @@ func newClient(sdk, endpoint string) (*client, error) {
 			close:   closeWithDeadline(c.Close),
 			after:   func(r *Result) { r.CBSuccess, r.CBFailure = cnt.ok.Load(), cnt.failed.Load() },
 			settled: func() int64 { return cnt.ok.Load() + cnt.failed.Load() },
+			idle:    tr.idle,
 		}, nil
 	case "posthog":
 		// Defaults (BatchSize 250, Interval 5 s, default transport, 10
@@ -162,10 +166,12 @@ func newClient(sdk, endpoint string) (*client, error) {
 		// poller since no PersonalApiKey) except the endpoint, a silent
 		// logger and a counting callback.
 		cnt := &counter{}
+		tr := newTracker()
 		c, err := posthog.NewWithConfig(writeKey, posthog.Config{
-			Endpoint: endpoint,
-			Logger:   quiet{},
-			Callback: phCallback{cnt},
+			Endpoint:  endpoint,
+			Logger:    quiet{},
+			Callback:  phCallback{cnt},
+			Transport: tr.transport(drain),
 		})
 		if err != nil {
 			return nil, err
@@ -179,9 +185,10 @@ func newClient(sdk, endpoint string) (*client, error) {
 			close:   closeWithDeadline(c.Close),
 			after:   func(r *Result) { r.CBSuccess, r.CBFailure = cnt.ok.Load(), cnt.failed.Load() },
 			settled: func() int64 { return cnt.ok.Load() + cnt.failed.Load() },
+			idle:    tr.idle,
 		}, nil
 	}
-	return nil, fmt.Errorf("unknown -sdk %q (ours, ours-bp, segment, posthog)", sdk)
+	return nil, fmt.Errorf("unknown -sdk %q (ours, ours-block, segment, posthog)", sdk)
 }
 
 // closeWithDeadline adapts a Close without a context: it waits for it at
@@ -200,15 +207,15 @@ func closeWithDeadline(closeFn func() error) func(context.Context) error {
 }
 
 func main() {
-	sdk := flag.String("sdk", "ours", "SDK: ours, ours-bp, segment, posthog")
+	sdk := flag.String("sdk", "ours", "SDK: ours, ours-block, segment, posthog")
 	n := flag.Int("n", 200000, "number of track calls")
 	endpoint := flag.String("endpoint", "", "sink base URL, e.g. http://127.0.0.1:8080")
 	statsURL := flag.String("stats", "", "sink stats URL (default <endpoint>/stats; \"-\" to skip)")
-	timeout := flag.Duration("timeout", 10*time.Minute, "deadline for Close")
+	timeout := flag.Duration("timeout", 10*time.Minute, "deadline for the whole run (enqueue, drain and Close)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile (New → Close) to this file")
 	memprofile := flag.String("memprofile", "", "write an allocation profile (every allocation sampled) to this file")
-	drain := flag.Bool("drain", true, "segment/posthog: before Close, wait until the Callback has seen every event "+
-		"already dispatched in a full batch (their Close aborts batches waiting for a retry)")
+	drain := flag.Bool("drain", true, "segment/posthog: before Close, wait until every dispatched batch has a final "+
+		"outcome (their Close aborts batches waiting for a retry)")
 	flag.Parse()
 	if *endpoint == "" {
 		log.Fatal("-endpoint is required")
@@ -242,8 +249,10 @@ func main() {
 	runtime.ReadMemStats(&m0)
 	ru0 := rusage.Self()
 	t0 := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
 
-	c, err := newClient(*sdk, *endpoint)
+	c, err := newClient(ctx, *sdk, *endpoint, *drain)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -257,20 +266,18 @@ func main() {
 		}
 	}
 	tEnq := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	if *drain && c.settled != nil {
-		// Every full batch of 250 was handed to a sender when its last event
-		// was pushed; wait for those to get a final outcome, so retries run
-		// as they would in a long-lived process. The tail (N mod 250 events)
-		// is flushed by Close.
-		want := int64(*n - *n%250)
-		for c.settled() < want && ctx.Err() == nil {
+		// Their Close aborts batches that wait for a retry. Wait until every
+		// dispatched batch has a final outcome: at most one open batch (< 250
+		// events, flushed by Close) is unsettled, no request is in flight
+		// and no batch's last attempt failed.
+		want := int64(*n - 250)
+		for !(c.settled() > want && c.idle()) && ctx.Err() == nil {
 			time.Sleep(time.Millisecond)
 		}
 		res.DrainS = time.Since(tEnq).Seconds()
 	}
 	cerr := c.close(ctx)
-	cancel()
 	t1 := time.Now()
 	ru1 := rusage.Self()
 	runtime.ReadMemStats(&m1)
