@@ -55,8 +55,9 @@ type Client struct {
 	q    *queue
 	gate *rateLimitGate
 
-	onSuccess func([]Message)
-	onError   func(error, []Message)
+	onSuccess    func([]Message)
+	onError      func(error, []Message)
+	keepMessages bool // a callback is registered: events keep their Message
 
 	closed        atomic.Bool   // fast path for enqueue after Close
 	quit          chan struct{} // closed by Close once everything has a disposition
@@ -87,6 +88,7 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 		gate:          &rateLimitGate{limit: s.MaxRateLimitDuration},
 		onSuccess:     s.onSuccess,
 		onError:       s.onError,
+		keepMessages:  s.onSuccess != nil || s.onError != nil,
 		quit:          make(chan struct{}),
 		assembleToken: make(chan struct{}, 1),
 	}
@@ -111,13 +113,7 @@ func (c *Client) Config() Config { return c.cfg }
 // Track enqueues a track event. See Client for the contract; errors are
 // *MessageError (ErrInvalidMessage), ErrEventTooLarge, ErrQueueFull and
 // ErrClosed.
-func (c *Client) Track(m Track) error {
-	if err := m.Validate(); err != nil {
-		return err
-	}
-	stamp(&m.MessageID, &m.Timestamp)
-	return c.enqueue(context.Background(), false, m)
-}
+func (c *Client) Track(m Track) error { return enqueueAs(c, context.Background(), false, m) }
 
 // Identify enqueues an identify event; errors as for Track.
 func (c *Client) Identify(m Identify) error { return enqueueAs(c, context.Background(), false, m) }
@@ -193,38 +189,21 @@ func (c *Client) dispatch(ctx context.Context, wait bool, m Message) error {
 	return &MessageError{Type: "unknown", Field: "Message", Reason: "must be a non-nil Track, Identify, Group, Page, Screen or Alias"}
 }
 
-// enqueueAs validates, stamps and enqueues a message of concrete type M.
-// Track spells the same steps out by hand: it is the hot path.
-func enqueueAs[M Message, P interface {
-	*M
-	stampFields() (*string, *time.Time)
+// enqueueAs validates, stamps, encodes and enqueues a message of concrete
+// type M (R2, R43, R45). It works on the value, so nothing is allocated for
+// the message itself unless callbacks need it later. Without wait it never
+// blocks; with wait it waits for room until ctx ends.
+func enqueueAs[M interface {
+	Message
+	withDefaults() M
 }](c *Client, ctx context.Context, wait bool, m M) error {
 	if err := m.Validate(); err != nil {
 		return err
 	}
-	id, ts := P(&m).stampFields()
-	stamp(id, ts)
-	return c.enqueue(ctx, wait, m)
-}
-
-// stamp fills the fields the SDK owns, never overwriting the caller's (R2).
-func stamp(id *string, ts *time.Time) {
-	if *id == "" {
-		*id = newMessageID()
-	}
-	if ts.IsZero() {
-		*ts = time.Now()
-	}
-}
-
-var encoderPool = sync.Pool{New: func() any { return &encoder{buf: make([]byte, 0, 1024)} }}
-
-// enqueue encodes m once and queues it (R43, R45). m is already stamped.
-// Without wait it never blocks; with wait it waits for room until ctx ends.
-func (c *Client) enqueue(ctx context.Context, wait bool, m Message) error {
 	if c.closed.Load() {
 		return ErrClosed
 	}
+	m = m.withDefaults()
 	e := encoderPool.Get().(*encoder)
 	e.buf, e.err = e.buf[:0], nil
 	err := m.appendJSON(e)
@@ -245,16 +224,32 @@ func (c *Client) enqueue(ctx context.Context, wait bool, m Message) error {
 		}
 		return err
 	}
-	if !wait {
-		err = c.q.push(event{msg: m, data: data})
+	ev := event{data: data}
+	if c.keepMessages {
+		ev.msg = m // only callbacks read it
+	}
+	if wait {
+		err = c.q.pushWait(ctx, ev)
 	} else {
-		err = c.q.pushWait(ctx, event{msg: m, data: data})
+		err = c.q.push(ev)
 	}
 	if errors.Is(err, ErrQueueFull) {
 		c.stats.dropped.Add(1)
 	}
 	return err
 }
+
+// stamp fills the fields the SDK owns, never overwriting the caller's (R2).
+func stamp(id *string, ts *time.Time) {
+	if *id == "" {
+		*id = newMessageID()
+	}
+	if ts.IsZero() {
+		*ts = time.Now()
+	}
+}
+
+var encoderPool = sync.Pool{New: func() any { return &encoder{buf: make([]byte, 0, 1024)} }}
 
 // Flush closes the open batch and waits until every event accepted before
 // the call has its disposition (delivered, failed or handed back), including

@@ -36,14 +36,17 @@ func (q *queue) discardQueued() {
 // encode once, enqueue. The caller's own four-entry map is built outside the
 // loop's measured work only in the "prebuilt" variant.
 func BenchmarkTrack(b *testing.B) {
-	for _, prebuilt := range []bool{true, false} {
-		name := "caller-builds-properties"
-		if prebuilt {
-			name = "prebuilt-properties"
-		}
-		b.Run(name, func(b *testing.B) {
-			c, err := New("wk", WithEndpoint("http://127.0.0.1:1"), WithHTTPClient(&http.Client{Transport: blockedTransport{}}),
-				WithConsumers(1))
+	for _, tc := range []struct {
+		name                string
+		prebuilt, callbacks bool
+	}{{"prebuilt-properties", true, false}, {"caller-builds-properties", false, false}, {"prebuilt-properties-with-callbacks", true, true}} {
+		prebuilt := tc.prebuilt
+		b.Run(tc.name, func(b *testing.B) {
+			opts := []Option{WithEndpoint("http://127.0.0.1:1"), WithHTTPClient(&http.Client{Transport: blockedTransport{}}), WithConsumers(1)}
+			if tc.callbacks {
+				opts = append(opts, WithOnError(func(error, []Message) {}))
+			}
+			c, err := New("wk", opts...)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -233,9 +233,32 @@ var (
 	_ Message = (*Track)(nil)
 )
 
-func (m *Track) stampFields() (*string, *time.Time)    { return &m.MessageID, &m.Timestamp }
-func (m *Identify) stampFields() (*string, *time.Time) { return &m.MessageID, &m.Timestamp }
-func (m *Group) stampFields() (*string, *time.Time)    { return &m.MessageID, &m.Timestamp }
-func (m *Page) stampFields() (*string, *time.Time)     { return &m.MessageID, &m.Timestamp }
-func (m *Screen) stampFields() (*string, *time.Time)   { return &m.MessageID, &m.Timestamp }
-func (m *Alias) stampFields() (*string, *time.Time)    { return &m.MessageID, &m.Timestamp }
+func (m Track) withDefaults() Track {
+	stamp(&m.MessageID, &m.Timestamp)
+	return m
+}
+
+func (m Identify) withDefaults() Identify {
+	stamp(&m.MessageID, &m.Timestamp)
+	return m
+}
+
+func (m Group) withDefaults() Group {
+	stamp(&m.MessageID, &m.Timestamp)
+	return m
+}
+
+func (m Page) withDefaults() Page {
+	stamp(&m.MessageID, &m.Timestamp)
+	return m
+}
+
+func (m Screen) withDefaults() Screen {
+	stamp(&m.MessageID, &m.Timestamp)
+	return m
+}
+
+func (m Alias) withDefaults() Alias {
+	stamp(&m.MessageID, &m.Timestamp)
+	return m
+}
