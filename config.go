@@ -21,8 +21,10 @@ const (
 	DefaultFlushInterval = 5 * time.Second
 	// DefaultQueueCapacity is how many accepted events may wait for a consumer.
 	DefaultQueueCapacity = 10_000
-	// DefaultConsumers is the number of upload goroutines.
-	DefaultConsumers = 2
+	// DefaultConsumers is the number of upload goroutines. A batch waiting
+	// for a counted retry keeps its consumer (R29), so several consumers
+	// keep events flowing while some batches back off.
+	DefaultConsumers = 8
 	// DefaultHTTPTimeout bounds one HTTP attempt.
 	DefaultHTTPTimeout = 10 * time.Second
 	// DefaultMaxRetries is the number of counted (backoff) retries of a batch.
@@ -179,7 +181,7 @@ func WithQueueCapacity(n int) Option {
 	})
 }
 
-// WithConsumers sets the number of upload goroutines (default 2, at least
+// WithConsumers sets the number of upload goroutines (default 8, at least
 // 1). All of them share one queue and one rate-limit gate.
 func WithConsumers(n int) Option {
 	return optionFunc(func(s *settings) {

@@ -105,7 +105,7 @@ type client struct {
 func newClient(ctx context.Context, sdk, endpoint string, drain bool) (*client, error) {
 	switch sdk {
 	case "ours", "ours-block":
-		// Defaults except the endpoint (FlushAt 250, 2 consumers, queue
+		// Defaults except the endpoint (FlushAt 250, 8 consumers, queue
 		// 10 000, no gzip, silent logger). Track never blocks: with a full
 		// queue it returns ErrQueueFull and the event is dropped.
 		//
