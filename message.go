@@ -262,3 +262,7 @@ func (m Alias) withDefaults() Alias {
 	stamp(&m.MessageID, &m.Timestamp)
 	return m
 }
+
+// enqueueAs calls withDefaults through its type parameter, which some
+// linters do not follow; these references keep the methods visibly used.
+var _ = []any{Track.withDefaults, Identify.withDefaults, Group.withDefaults, Page.withDefaults, Screen.withDefaults, Alias.withDefaults}
