@@ -110,6 +110,7 @@ type ConfigError struct {
 	Reason string
 }
 
+// Error names the field, its value and the reason.
 func (e *ConfigError) Error() string {
 	return fmt.Sprintf("analytics: invalid %s (%v): %s", e.Field, e.Value, e.Reason)
 }

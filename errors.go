@@ -49,6 +49,7 @@ type MessageError struct {
 	Err    error // underlying encoding error, if any
 }
 
+// Error describes the type, field and reason.
 func (e *MessageError) Error() string {
 	s := fmt.Sprintf("analytics: invalid %s message: %s %s", e.Type, e.Field, e.Reason)
 	if e.Err != nil {
@@ -88,6 +89,7 @@ type HTTPError struct {
 	Message    string
 }
 
+// Error describes kind, status and the server's excerpt.
 func (e *HTTPError) Error() string {
 	text := http.StatusText(e.StatusCode)
 	if text == "" {
@@ -109,6 +111,7 @@ type TransportError struct {
 	Retryable bool
 }
 
+// Error describes the underlying error.
 func (e *TransportError) Error() string { return "transport error: " + e.Err.Error() }
 
 // Unwrap returns the underlying error.
@@ -126,6 +129,7 @@ type DeliveryError struct {
 	Attempts int
 }
 
+// Error describes reason, attempts and the last error.
 func (e *DeliveryError) Error() string {
 	s := fmt.Sprintf("%s after %d attempt(s)", e.Reason.Error(), e.Attempts)
 	if e.Last != nil {

@@ -92,6 +92,7 @@ type attemptBody struct {
 	closed chan struct{}
 }
 
+// Close records that the transport is done with the body.
 func (b *attemptBody) Close() error {
 	b.once.Do(func() { close(b.closed) })
 	return nil
