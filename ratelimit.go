@@ -152,10 +152,9 @@ func (g *rateLimitGate) endEpisode() (ended bool) {
 
 // gateDecision is what a consumer must do before sending a batch.
 type gateDecision struct {
-	wait          time.Duration // > 0: wait this long, then ask again
-	doomed        bool          // the batch is a re-queued one whose episode exceeded its limit
-	justExpired   bool          // this call ended the episode: fail every re-queued batch
-	servedExpired bool          // this call cleared a served deadline
+	wait        time.Duration // > 0: wait this long, then ask again
+	doomed      bool          // the batch is a re-queued one whose episode exceeded its limit
+	justExpired bool          // this call ended the episode: fail every re-queued batch
 }
 
 // check is the gate (R32): every consumer calls it before every request.
@@ -177,7 +176,6 @@ func (g *rateLimitGate) check(now time.Time, b *batch) gateDecision {
 	}
 	if !now.Before(g.deadline) {
 		g.deadline = time.Time{} // served: it classifies nothing later (R33)
-		d.servedExpired = true
 		return d
 	}
 	d.wait = g.deadline.Sub(now)
