@@ -43,6 +43,12 @@ type idBlock struct {
 
 var idBlocks = sync.Pool{New: func() any { return &idBlock{next: idsPerBlock} }}
 
+// NewMessageID returns a new message id, as the client generates for events
+// whose MessageID is empty: a random (version 4) UUID. Set it on a message
+// before enqueueing it to know the id in advance (for example to correlate
+// callbacks or logs). Safe for concurrent use.
+func NewMessageID() string { return newMessageID() }
+
 // newMessageID returns a random (version 4) UUID. math/rand/v2's global
 // source is ChaCha8, seeded by the runtime and safe for concurrent use,
 // which is plenty for idempotency keys and far cheaper than crypto/rand.

@@ -14,7 +14,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"flag"
 	"fmt"
@@ -85,7 +84,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			// input events; the SDK sends a given id unchanged (R2).
 			id := ev.MessageID
 			if id == "" {
-				id = newUUID()
+				id = analytics.NewMessageID() // the SDK's own generator
 			}
 			n := rec.add(id, ev.MessageID)
 			if err := enqueue(client, ev, id); err != nil {
@@ -244,15 +243,6 @@ func newDebugLogger(stderr io.Writer) *zap.Logger {
 	w := zapcore.Lock(zapcore.AddSync(stderr)) // the SDK logs from several goroutines
 	core := zapcore.NewCore(zapcore.NewConsoleEncoder(zap.NewDevelopmentEncoderConfig()), w, zapcore.DebugLevel)
 	return zap.New(core, zap.Development(), zap.AddCaller(), zap.AddStacktrace(zapcore.WarnLevel), zap.ErrorOutput(w))
-}
-
-// newUUID returns a random (version 4) UUID.
-func newUUID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // never fails (crypto/rand, Go ≥ 1.24)
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }
 
 func errText(err error) string {
