@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -410,4 +411,16 @@ func TestEnqueueContextBlocksForRoom(t *testing.T) {
 		assert.ErrorIs(t, <-closed, ErrShutdownInterrupted)
 		require.NoError(t, closeClient(t, c, time.Second))
 	})
+}
+
+// Message ids are version-4 UUIDs and do not repeat, across id blocks too.
+func TestNewMessageID(t *testing.T) {
+	re := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+	seen := map[string]bool{}
+	for i := 0; i < 10*idsPerBlock; i++ {
+		id := NewMessageID()
+		require.Regexp(t, re, id)
+		require.False(t, seen[id], "repeated id %s", id)
+		seen[id] = true
+	}
 }

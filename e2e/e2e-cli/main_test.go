@@ -642,9 +642,9 @@ func TestParseTimestamp(t *testing.T) {
 	}
 }
 
-func TestNewUUID(t *testing.T) {
-	a, b := newUUID(), newUUID()
+func TestSDKMessageIDsAreUUIDs(t *testing.T) {
+	a, b := analytics.NewMessageID(), analytics.NewMessageID()
 	if !uuidRE.MatchString(a) || a == b {
-		t.Errorf("newUUID: %q, %q", a, b)
+		t.Errorf("NewMessageID: %q, %q", a, b)
 	}
 }
