@@ -11,9 +11,10 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"strconv"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 )
@@ -39,8 +40,8 @@ type sender struct {
 	gzip      bool
 	zw        *gzip.Writer // reused across attempts
 
-	plain, zipped []byte       // body buffers, reused across attempts
-	inFlight      *attemptBody // body of the last attempt
+	plain, zipped []byte   // body buffers, reused across attempts
+	inFlight      *bodyUse // use of the last attempt's body
 }
 
 func newSender(s *settings, client *http.Client) *sender {
@@ -83,32 +84,38 @@ func (s *sender) compress(dst, body []byte) []byte {
 	return out.Bytes()
 }
 
-// attemptBody is a request body that reports when the transport is done
-// with it: RoundTrip may close (and read) the body after it returned, so
-// the buffer behind it is reused only once Close was called.
-type attemptBody struct {
-	*bytes.Reader
-	once   sync.Once
-	closed chan struct{}
+// bodyUse tracks, through httptrace hooks, whether the transport is done
+// with an attempt's body: net/http may go on writing a request body after
+// RoundTrip returned (an early response), so a buffer is reused only when
+// every request that started writing it has finished (WroteRequest). A
+// RoundTripper that does not call the hooks never gets a reused buffer.
+// The body is a plain *bytes.Reader, which net/http writes through its
+// buffered writer without a per-request copy buffer.
+type bodyUse struct {
+	started, finished atomic.Int32
+	trace             httptrace.ClientTrace
 }
 
-// Close records that the transport is done with the body.
-func (b *attemptBody) Close() error {
-	b.once.Do(func() { close(b.closed) })
-	return nil
+func newBodyUse() *bodyUse {
+	u := &bodyUse{}
+	u.trace.GetConn = func(string) { u.started.Add(1) }
+	u.trace.WroteRequest = func(httptrace.WroteRequestInfo) { u.finished.Add(1) }
+	return u
+}
+
+func (u *bodyUse) released() bool {
+	n := u.started.Load()
+	return n > 0 && u.finished.Load() == n
 }
 
 // buffers returns the plain and gzip buffers for the next attempt: the
-// previous ones when the transport has released them, else fresh ones.
+// previous ones when the transport has released them, else none (the
+// caller then allocates).
 func (s *sender) buffers() (plain, zipped []byte) {
-	if s.inFlight != nil {
-		select {
-		case <-s.inFlight.closed:
-		default:
-			s.plain, s.zipped = nil, nil // still held by the transport: let it keep them
-		}
-		s.inFlight = nil
+	if s.inFlight != nil && !s.inFlight.released() {
+		s.plain, s.zipped = nil, nil // the transport may still read them
 	}
+	s.inFlight = nil
 	return s.plain, s.zipped
 }
 
@@ -129,15 +136,12 @@ func (s *sender) send(ctx context.Context, b *batch) (response, error) {
 		body = s.compress(zipped, body)
 		s.zipped = body
 	}
-	rb := &attemptBody{Reader: bytes.NewReader(body), closed: make(chan struct{})}
-	s.inFlight = rb
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, rb)
+	use := newBodyUse()
+	s.inFlight = use
+	ctx = httptrace.WithClientTrace(ctx, &use.trace)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(body))
 	if err != nil {
 		return response{}, err
-	}
-	req.ContentLength = int64(len(body))
-	req.GetBody = func() (io.ReadCloser, error) { // 307/308 replay the body (R11)
-		return io.NopCloser(bytes.NewReader(body)), nil
 	}
 	// Exactly the header set of R5–R7; README lists it.
 	req.Header = http.Header{
@@ -221,7 +225,10 @@ func newHTTPClient(s *settings) *http.Client {
 	if s.httpClient != nil {
 		c = *s.httpClient
 	} else {
-		c.Transport = http.DefaultTransport.(*http.Transport).Clone()
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		// A batch body (up to 500 KB) then leaves in a few large writes.
+		t.WriteBufferSize = 64 << 10
+		c.Transport = t
 	}
 	c.CheckRedirect = checkRedirect
 	return &c

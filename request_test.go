@@ -3,6 +3,7 @@ package analytics
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -68,7 +69,7 @@ func TestExcerpt(t *testing.T) {
 	assert.Equal(t, "\uFFFD", excerpt([]byte{0xff}))
 }
 
-// loopback is a real HTTP server on 127.0.0.1 recording requests.
+// loopback is a viaNet HTTP server on 127.0.0.1 recording requests.
 type loopback struct {
 	*httptest.Server
 	mu   sync.Mutex
@@ -104,7 +105,7 @@ func (l *loopback) requests() ([]*http.Request, [][]byte) {
 	return append([]*http.Request(nil), l.reqs...), append([][]byte(nil), l.bods...)
 }
 
-// S1, S39, R1, R2, R5, R6, R7: the request on a real socket, exactly.
+// S1, S39, R1, R2, R5, R6, R7: the request on a viaNet socket, exactly.
 func TestRequestShapeAndHeaders(t *testing.T) {
 	for _, gz := range []bool{false, true} {
 		srv := newLoopback(t, func(w http.ResponseWriter, r *http.Request, n int) {
@@ -240,4 +241,34 @@ func TestTLSVerificationFailureIsNotRetried(t *testing.T) {
 	mu.Lock()
 	assert.Zero(t, hits)
 	mu.Unlock()
+}
+
+// Body buffers are reused only when net/http reported, through httptrace,
+// that it finished writing them; a RoundTripper without the hooks never
+// gets a reused buffer.
+func TestBodyBufferReuse(t *testing.T) {
+	srv := newLoopback(t, nil)
+	s, err := resolve("wk", []Option{WithEndpoint(srv.URL)})
+	require.NoError(t, err)
+	bt := benchBatch(10)
+
+	viaNet := newSender(&s, newHTTPClient(&s))
+	_, err = viaNet.send(context.Background(), bt)
+	require.NoError(t, err)
+	first := viaNet.plain
+	require.NotEmpty(t, first)
+	assert.True(t, viaNet.inFlight.released())
+	_, err = viaNet.send(context.Background(), bt)
+	require.NoError(t, err)
+	assert.Same(t, &first[0], &viaNet.plain[0], "buffer reused after WroteRequest")
+	viaNet.client.CloseIdleConnections()
+
+	fake := newSender(&s, &http.Client{Transport: newFakeAPI(nil)})
+	_, err = fake.send(context.Background(), bt)
+	require.NoError(t, err)
+	first = fake.plain
+	assert.False(t, fake.inFlight.released())
+	_, err = fake.send(context.Background(), bt)
+	require.NoError(t, err)
+	assert.NotSame(t, &first[0], &fake.plain[0], "no reuse without the transport's word")
 }
