@@ -69,7 +69,7 @@ func TestExcerpt(t *testing.T) {
 	assert.Equal(t, "\uFFFD", excerpt([]byte{0xff}))
 }
 
-// loopback is a viaNet HTTP server on 127.0.0.1 recording requests.
+// loopback is a real HTTP server on 127.0.0.1 recording requests.
 type loopback struct {
 	*httptest.Server
 	mu   sync.Mutex
@@ -105,7 +105,7 @@ func (l *loopback) requests() ([]*http.Request, [][]byte) {
 	return append([]*http.Request(nil), l.reqs...), append([][]byte(nil), l.bods...)
 }
 
-// S1, S39, R1, R2, R5, R6, R7: the request on a viaNet socket, exactly.
+// S1, S39, R1, R2, R5, R6, R7: the request on a real socket, exactly.
 func TestRequestShapeAndHeaders(t *testing.T) {
 	for _, gz := range []bool{false, true} {
 		srv := newLoopback(t, func(w http.ResponseWriter, r *http.Request, n int) {
