@@ -195,7 +195,7 @@ func (c *Client) dispatch(ctx context.Context, wait bool, m Message) error {
 // blocks; with wait it waits for room until ctx ends.
 func enqueueAs[M interface {
 	Message
-	withDefaults() M
+	withDefaults(*scratch) M
 }](c *Client, ctx context.Context, wait bool, m M) error {
 	if err := m.Validate(); err != nil {
 		return err
@@ -203,20 +203,18 @@ func enqueueAs[M interface {
 	if c.closed.Load() {
 		return ErrClosed
 	}
-	m = m.withDefaults()
-	e := encoderPool.Get().(*encoder)
-	e.buf, e.err = e.buf[:0], nil
+	sc := getScratch()
+	m = m.withDefaults(sc)
+	e := &sc.enc
 	err := m.appendJSON(e)
 	var data []byte
 	if err == nil && len(e.buf) > MaxEventBytes {
 		err = fmt.Errorf("%w: %d bytes of JSON, limit %d", ErrEventTooLarge, len(e.buf), MaxEventBytes)
 	}
 	if err == nil {
-		data = copyToSlab(e.buf)
+		data = sc.keep(e.buf)
 	}
-	if cap(e.buf) <= 64<<10 {
-		encoderPool.Put(e)
-	}
+	putScratch(sc)
 	if err != nil {
 		var me *MessageError
 		if errors.As(err, &me) {
@@ -240,16 +238,14 @@ func enqueueAs[M interface {
 }
 
 // stamp fills the fields the SDK owns, never overwriting the caller's (R2).
-func stamp(id *string, ts *time.Time) {
+func stamp(id *string, ts *time.Time, s *scratch) {
 	if *id == "" {
-		*id = newMessageID()
+		*id = s.messageID()
 	}
 	if ts.IsZero() {
 		*ts = time.Now()
 	}
 }
-
-var encoderPool = sync.Pool{New: func() any { return &encoder{buf: make([]byte, 0, 1024)} }}
 
 // Flush closes the open batch and waits until every event accepted before
 // the call has its disposition (delivered, failed or handed back), including

@@ -12,58 +12,76 @@ import (
 // from it does; events leave in FIFO order, so that is short. sync.Pool
 // keeps one current slab per P, so concurrent callers rarely share one.
 
-const slabSize = 32 << 10
+const (
+	slabSize    = 32 << 10
+	idsPerBlock = 64
+)
 
-type slab struct{ buf []byte }
-
-var slabs = sync.Pool{New: func() any { return &slab{buf: make([]byte, 0, slabSize)} }}
-
-// copyToSlab returns a copy of p that shares a slab with other events.
-func copyToSlab(p []byte) []byte {
-	if len(p) > slabSize/4 {
-		return append([]byte(nil), p...) // large events get their own allocation
-	}
-	s := slabs.Get().(*slab)
-	if cap(s.buf)-len(s.buf) < len(p) {
-		s.buf = make([]byte, 0, slabSize)
-	}
-	start := len(s.buf)
-	s.buf = append(s.buf, p...)
-	out := s.buf[start:len(s.buf):len(s.buf)]
-	slabs.Put(s)
-	return out
-}
-
-const idsPerBlock = 64
-
-type idBlock struct {
+// scratch is the hot path's working state, one per P through sync.Pool, so
+// an enqueue call costs one Get and one Put: the encoder's buffer, the
+// current slab and the current id block.
+type scratch struct {
+	enc  encoder
+	slab []byte
 	ids  string
 	next int
 }
 
-var idBlocks = sync.Pool{New: func() any { return &idBlock{next: idsPerBlock} }}
+var scratches = sync.Pool{New: func() any {
+	return &scratch{enc: encoder{buf: make([]byte, 0, 1024)}, next: idsPerBlock}
+}}
+
+func getScratch() *scratch {
+	s := scratches.Get().(*scratch)
+	s.enc.buf, s.enc.err = s.enc.buf[:0], nil
+	return s
+}
+
+func putScratch(s *scratch) {
+	if cap(s.enc.buf) > 64<<10 { // do not keep a huge event's buffer
+		s.enc.buf = make([]byte, 0, 1024)
+	}
+	scratches.Put(s)
+}
+
+// keep returns a copy of p that shares a slab with other events.
+func (s *scratch) keep(p []byte) []byte {
+	if len(p) > slabSize/4 {
+		return append([]byte(nil), p...) // large events get their own allocation
+	}
+	if cap(s.slab)-len(s.slab) < len(p) {
+		s.slab = make([]byte, 0, slabSize)
+	}
+	start := len(s.slab)
+	s.slab = append(s.slab, p...)
+	return s.slab[start:len(s.slab):len(s.slab)]
+}
+
+// messageID returns a random (version 4) UUID cut from the current block.
+// math/rand/v2's global source is ChaCha8, seeded by the runtime and safe
+// for concurrent use, which is plenty for idempotency keys and far cheaper
+// than crypto/rand.
+func (s *scratch) messageID() string {
+	if s.next == idsPerBlock {
+		buf := make([]byte, 0, idsPerBlock*36)
+		for i := 0; i < idsPerBlock; i++ {
+			buf = appendUUID(buf)
+		}
+		s.ids, s.next = string(buf), 0
+	}
+	id := s.ids[s.next*36 : (s.next+1)*36]
+	s.next++
+	return id
+}
 
 // NewMessageID returns a new message id, as the client generates for events
 // whose MessageID is empty: a random (version 4) UUID. Set it on a message
 // before enqueueing it to know the id in advance (for example to correlate
 // callbacks or logs). Safe for concurrent use.
-func NewMessageID() string { return newMessageID() }
-
-// newMessageID returns a random (version 4) UUID. math/rand/v2's global
-// source is ChaCha8, seeded by the runtime and safe for concurrent use,
-// which is plenty for idempotency keys and far cheaper than crypto/rand.
-func newMessageID() string {
-	b := idBlocks.Get().(*idBlock)
-	if b.next == idsPerBlock {
-		buf := make([]byte, 0, idsPerBlock*36)
-		for i := 0; i < idsPerBlock; i++ {
-			buf = appendUUID(buf)
-		}
-		b.ids, b.next = string(buf), 0
-	}
-	id := b.ids[b.next*36 : (b.next+1)*36]
-	b.next++
-	idBlocks.Put(b)
+func NewMessageID() string {
+	s := scratches.Get().(*scratch)
+	id := s.messageID()
+	scratches.Put(s)
 	return id
 }
 

@@ -103,7 +103,7 @@ func benchBatch(n int) *batch {
 	b := &batch{}
 	for i := 0; i < n; i++ {
 		e := &encoder{}
-		m := Track{MessageID: newMessageID(), UserID: "user-" + strconv.Itoa(i), Event: "Order Completed", Timestamp: time.Now(),
+		m := Track{MessageID: NewMessageID(), UserID: "user-" + strconv.Itoa(i), Event: "Order Completed", Timestamp: time.Now(),
 			Properties: Properties{"plan": "pro", "amount": i, "currency": "EUR", "trial": false}}
 		if err := m.appendJSON(e); err != nil {
 			panic(err)

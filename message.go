@@ -233,33 +233,33 @@ var (
 	_ Message = (*Track)(nil)
 )
 
-func (m Track) withDefaults() Track {
-	stamp(&m.MessageID, &m.Timestamp)
+func (m Track) withDefaults(s *scratch) Track {
+	stamp(&m.MessageID, &m.Timestamp, s)
 	return m
 }
 
-func (m Identify) withDefaults() Identify {
-	stamp(&m.MessageID, &m.Timestamp)
+func (m Identify) withDefaults(s *scratch) Identify {
+	stamp(&m.MessageID, &m.Timestamp, s)
 	return m
 }
 
-func (m Group) withDefaults() Group {
-	stamp(&m.MessageID, &m.Timestamp)
+func (m Group) withDefaults(s *scratch) Group {
+	stamp(&m.MessageID, &m.Timestamp, s)
 	return m
 }
 
-func (m Page) withDefaults() Page {
-	stamp(&m.MessageID, &m.Timestamp)
+func (m Page) withDefaults(s *scratch) Page {
+	stamp(&m.MessageID, &m.Timestamp, s)
 	return m
 }
 
-func (m Screen) withDefaults() Screen {
-	stamp(&m.MessageID, &m.Timestamp)
+func (m Screen) withDefaults(s *scratch) Screen {
+	stamp(&m.MessageID, &m.Timestamp, s)
 	return m
 }
 
-func (m Alias) withDefaults() Alias {
-	stamp(&m.MessageID, &m.Timestamp)
+func (m Alias) withDefaults(s *scratch) Alias {
+	stamp(&m.MessageID, &m.Timestamp, s)
 	return m
 }
 
