@@ -23,10 +23,7 @@ func (q *queue) discardQueued() {
 	q.mu.Lock()
 	var evs []event
 	for q.n > 0 {
-		evs = append(evs, q.ring[q.head])
-		q.ring[q.head] = event{}
-		q.head = (q.head + 1) % len(q.ring)
-		q.n--
+		evs = append(evs, q.popLocked())
 	}
 	q.mu.Unlock()
 	q.settle(evs)

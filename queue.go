@@ -95,7 +95,7 @@ func (q *queue) push(ev event) error {
 func (q *queue) pushWait(ctx context.Context, ev event) error {
 	for {
 		q.mu.Lock()
-		if q.closed || q.n < q.capacity+q.openRoom {
+		if q.closed || !q.fullLocked() {
 			return q.pushLocked(ev)
 		}
 		if q.spaceFreed == nil {
@@ -123,7 +123,7 @@ func (q *queue) pushLocked(ev event) error {
 		q.mu.Unlock()
 		return ErrClosed
 	}
-	if q.n >= q.capacity+q.openRoom {
+	if q.fullLocked() {
 		q.mu.Unlock()
 		return ErrQueueFull
 	}
@@ -163,8 +163,7 @@ func (q *queue) fill(b *batch, flushAt, maxBytes int) (full, urgent bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for q.n > 0 && len(b.events) < flushAt {
-		ev := q.ring[q.head]
-		size := len(ev.data)
+		size := len(q.ring[q.head].data)
 		if len(b.events) > 0 {
 			size++ // comma
 		}
@@ -172,15 +171,11 @@ func (q *queue) fill(b *batch, flushAt, maxBytes int) (full, urgent bool) {
 			full = true
 			break
 		}
-		q.ring[q.head] = event{}
-		q.head = (q.head + 1) % len(q.ring)
-		q.n--
-		b.events = append(b.events, ev)
+		b.events = append(b.events, q.popLocked())
 		b.bytes += size
 	}
-	if q.spaceWaiters > 0 && q.spaceFreed != nil {
-		close(q.spaceFreed)
-		q.spaceFreed = nil
+	if q.spaceWaiters > 0 {
+		q.releaseSpaceLocked()
 	}
 	if len(b.events) >= flushAt {
 		full = true
@@ -244,10 +239,7 @@ func (q *queue) close() bool {
 	}
 	q.closed = true
 	q.wake = false
-	if q.spaceFreed != nil {
-		close(q.spaceFreed) // blocked EnqueueContext calls return ErrClosed
-		q.spaceFreed = nil
-	}
+	q.releaseSpaceLocked() // blocked EnqueueContext calls return ErrClosed
 	signal(q.eventsReady)
 	return true
 }
@@ -264,12 +256,29 @@ func (q *queue) drain() []event {
 	}
 	q.requeued = nil
 	for q.n > 0 {
-		evs = append(evs, q.ring[q.head])
-		q.ring[q.head] = event{}
-		q.head = (q.head + 1) % len(q.ring)
-		q.n--
+		evs = append(evs, q.popLocked())
 	}
 	return evs
+}
+
+// popLocked removes the oldest waiting event; q.n must be > 0.
+func (q *queue) popLocked() event {
+	ev := q.ring[q.head]
+	q.ring[q.head] = event{}
+	q.head = (q.head + 1) % len(q.ring)
+	q.n--
+	return ev
+}
+
+// fullLocked reports whether a new event must be refused (R43).
+func (q *queue) fullLocked() bool { return q.n >= q.capacity+q.openRoom }
+
+// releaseSpaceLocked wakes every EnqueueContext call waiting for room.
+func (q *queue) releaseSpaceLocked() {
+	if q.spaceFreed != nil {
+		close(q.spaceFreed)
+		q.spaceFreed = nil
+	}
 }
 
 // settle records the final disposition of evs (R41): the only place the
