@@ -299,24 +299,24 @@ func (c *Client) Close(ctx context.Context) error {
 		}
 	}
 	if interrupted {
-		c.cancelStop()
+		c.cancelStop() // interrupt waits and requests before consumers see quit
 	}
 	close(c.quit)
 
 	exited := make(chan struct{})
 	go func() { c.consumers.Wait(); close(exited) }()
-	if interrupted {
-		c.waitGrace(exited)
-	} else {
+	if !interrupted {
 		select {
 		case <-exited:
 		case <-ctx.Done():
 			interrupted = true
 			c.cancelStop()
-			c.waitGrace(exited)
 		}
 	}
-	c.cancelStop()
+	if interrupted {
+		c.waitGrace(exited)
+	}
+	c.cancelStop() // releases the context when nothing was interrupted
 	if c.ownTransport != nil {
 		c.ownTransport.CloseIdleConnections() // no keep-alive goroutines outlive Close
 	}
