@@ -228,6 +228,10 @@ func newHTTPClient(s *settings) *http.Client {
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		// A batch body (up to 500 KB) then leaves in a few large writes.
 		t.WriteBufferSize = 64 << 10
+		// Every consumer may hold a connection; with net/http's default of
+		// 2 idle connections per host, the others would be closed after
+		// each request and dialled again for the next one.
+		t.MaxIdleConnsPerHost = max(s.Consumers, http.DefaultMaxIdleConnsPerHost)
 		c.Transport = t
 	}
 	c.CheckRedirect = checkRedirect

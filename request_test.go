@@ -8,10 +8,12 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net"
 	"net/http/httptest"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -271,4 +273,41 @@ func TestBodyBufferReuse(t *testing.T) {
 	_, err = fake.send(context.Background(), bt)
 	require.NoError(t, err)
 	assert.NotSame(t, &first[0], &fake.plain[0], "no reuse without the transport's word")
+}
+
+// The client's own transport keeps one idle connection per consumer, so
+// consumers that send at the same time do not dial a new connection for
+// every request (net/http keeps only 2 idle connections per host).
+func TestConnectionsReusedAcrossConsumers(t *testing.T) {
+	const consumers = 8
+	var dials atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		time.Sleep(5 * time.Millisecond) // keep consumers in flight together
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			dials.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+
+	c, err := New("wk", WithEndpoint(srv.URL), WithConsumers(consumers), WithFlushAt(5), WithQueueCapacity(1000))
+	require.NoError(t, err)
+	// Ten bursts of 8 batches, each followed by a pause (the Flush) in
+	// which every connection goes idle.
+	for round := 0; round < 10; round++ {
+		for i := 0; i < 40; i++ {
+			require.NoError(t, c.Track(Track{UserID: "u", Event: "e"}))
+		}
+		require.NoError(t, c.Flush(context.Background()))
+	}
+	require.NoError(t, c.Close(context.Background()))
+	assert.Equal(t, int64(400), c.Stats().Delivered)
+	assert.GreaterOrEqual(t, c.Stats().Requests, int64(80))
+	// A dial started while another connection was being returned may
+	// complete too, so a few more than one per consumer can happen; without
+	// the idle pool it is one dial for most requests.
+	assert.LessOrEqual(t, dials.Load(), int32(2*consumers), "connections dialled for %d requests", c.Stats().Requests)
 }
