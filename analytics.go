@@ -207,12 +207,12 @@ func enqueueAs[M interface {
 	m = m.withDefaults(sc)
 	e := &sc.enc
 	err := m.appendJSON(e)
-	var data []byte
+	var ev event
 	if err == nil && len(e.buf) > MaxEventBytes {
 		err = fmt.Errorf("%w: %d bytes of JSON, limit %d", ErrEventTooLarge, len(e.buf), MaxEventBytes)
 	}
 	if err == nil {
-		data = sc.keep(e.buf)
+		ev.data, ev.slab = sc.keep(e.buf)
 	}
 	putScratch(sc)
 	if err != nil {
@@ -222,7 +222,6 @@ func enqueueAs[M interface {
 		}
 		return err
 	}
-	ev := event{data: data}
 	if c.keepMessages {
 		ev.msg = m // only callbacks read it
 	}
@@ -231,8 +230,11 @@ func enqueueAs[M interface {
 	} else {
 		err = c.q.push(ev)
 	}
-	if errors.Is(err, ErrQueueFull) {
-		c.stats.dropped.Add(1)
+	if err != nil {
+		ev.release() // not accepted: the queue holds no copy
+		if errors.Is(err, ErrQueueFull) {
+			c.stats.dropped.Add(1)
+		}
 	}
 	return err
 }

@@ -3,26 +3,51 @@ package analytics
 import (
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 )
 
 // The hot path hands out small pieces of larger allocations: event JSON is
 // copied into 32 KiB slabs and message ids are cut from strings of 64 ids.
 // One allocation then serves many events, which keeps Track at few
-// allocations per call. A slab or id block stays alive while any event cut
-// from it does; events leave in FIFO order, so that is short. sync.Pool
-// keeps one current slab per P, so concurrent callers rarely share one.
+// allocations per call. sync.Pool keeps one current slab per P, so
+// concurrent callers rarely share one.
+//
+// Slabs are reused: a slab counts the events cut from it that have no
+// disposition yet (plus one while it is a scratch's current slab), and goes
+// back to a pool when the count reaches zero. An event's JSON is read only
+// between its acceptance and its disposition (the request body is a copy),
+// and every accepted event has exactly one disposition (R42), which is what
+// makes this safe. A slab whose count never reaches zero (a scratch dropped
+// by the pool, say) is simply collected.
 
 const (
 	slabSize    = 32 << 10
 	idsPerBlock = 64
 )
 
+// slab holds the JSON of many events. Only the scratch that owns it appends;
+// refs is the number of holders described above.
+type slab struct {
+	buf  []byte
+	refs atomic.Int32
+}
+
+var slabs = sync.Pool{New: func() any { return &slab{buf: make([]byte, 0, slabSize)} }}
+
+// release drops one holder; the last one returns the slab to the pool.
+func (sl *slab) release() {
+	if sl.refs.Add(-1) == 0 {
+		sl.buf = sl.buf[:0]
+		slabs.Put(sl)
+	}
+}
+
 // scratch is the hot path's working state, one per P through sync.Pool, so
 // an enqueue call costs one Get and one Put: the encoder's buffer, the
 // current slab and the current id block.
 type scratch struct {
 	enc  encoder
-	slab []byte
+	slab *slab
 	ids  string
 	next int
 }
@@ -44,17 +69,27 @@ func putScratch(s *scratch) {
 	scratches.Put(s)
 }
 
-// keep returns a copy of p that shares a slab with other events.
-func (s *scratch) keep(p []byte) []byte {
+// keep returns a copy of p for an event, and the slab it was cut from (nil
+// for a large event, which gets its own allocation). The caller owns one
+// hold on the slab and must release it at the event's disposition, or at
+// once if the event is not accepted.
+func (s *scratch) keep(p []byte) ([]byte, *slab) {
 	if len(p) > slabSize/4 {
-		return append([]byte(nil), p...) // large events get their own allocation
+		return append([]byte(nil), p...), nil
 	}
-	if cap(s.slab)-len(s.slab) < len(p) {
-		s.slab = make([]byte, 0, slabSize)
+	sl := s.slab
+	if sl == nil || cap(sl.buf)-len(sl.buf) < len(p) {
+		if sl != nil {
+			sl.release() // the scratch's own hold
+		}
+		sl = slabs.Get().(*slab)
+		sl.refs.Store(1)
+		s.slab = sl
 	}
-	start := len(s.slab)
-	s.slab = append(s.slab, p...)
-	return s.slab[start:len(s.slab):len(s.slab)]
+	start := len(sl.buf)
+	sl.buf = append(sl.buf, p...)
+	sl.refs.Add(1)
+	return sl.buf[start:len(sl.buf):len(sl.buf)], sl
 }
 
 // messageID returns a random (version 4) UUID cut from the current block.

@@ -65,7 +65,7 @@ func (w *consumer) next() *batch {
 // needs a consumer or the client shuts down.
 func (w *consumer) assemble() *batch {
 	c := w.c
-	b := &batch{events: make([]event, 0, min(c.cfg.FlushAt, 512))}
+	b := newBatch(min(c.cfg.FlushAt, 512))
 	var timer *time.Timer
 	var expired <-chan time.Time
 	defer func() {

@@ -12,12 +12,18 @@ import (
 // handed back. The callback runs first and the ledger is discharged after
 // it, so a Flush that returns has seen the callbacks of its events.
 
+// succeed, fail and handBack end a batch: the caller must not use b after.
+
 func (c *Client) succeed(b *batch) {
 	c.stats.batches.Add(1)
 	c.settle(b.events, nil)
+	recycle(b)
 }
 
-func (c *Client) fail(b *batch, err error) { c.settle(b.events, err) }
+func (c *Client) fail(b *batch, err error) {
+	c.settle(b.events, err)
+	recycle(b)
+}
 
 // handBack returns a batch at shutdown (R38): waiting, re-queued, assembled
 // or cancelled in flight (then cause is the cancellation).
@@ -27,6 +33,7 @@ func (c *Client) handBack(b *batch, cause error) {
 		last = cause
 	}
 	c.settle(b.events, &DeliveryError{Reason: ErrShutdownInterrupted, Last: last, Attempts: b.attempts})
+	recycle(b)
 }
 
 func (c *Client) rateLimitErr(b *batch) error {
@@ -54,6 +61,9 @@ func (c *Client) settle(evs []event, err error) {
 		}
 	}
 	c.q.settle(evs)
+	for i := range evs {
+		evs[i].release()
+	}
 }
 
 // callback runs a user callback; a panic is logged, not propagated, so a

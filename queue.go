@@ -13,7 +13,17 @@ import (
 type event struct {
 	msg   Message
 	data  []byte
+	slab  *slab  // where data lives, released at the disposition; nil if data is its own
 	epoch uint64 // ledger epoch at acceptance (see ledger)
+}
+
+// release gives up the event's hold on its slab; data must not be read
+// after it.
+func (ev *event) release() {
+	if ev.slab != nil {
+		ev.slab.release()
+		ev.slab = nil
+	}
 }
 
 // batch is the unit of upload. Its events are fixed at its first attempt
@@ -31,6 +41,25 @@ type batch struct {
 	// episode is the rate-limit episode under which the batch was re-queued;
 	// 0 once it has been re-sent. See rateLimitGate.doomed.
 	episode uint64
+}
+
+// batches keeps ended batches for reuse: a batch's event slice (FlushAt
+// entries) would otherwise be allocated again for every batch.
+var batches sync.Pool
+
+func newBatch(capacity int) *batch {
+	if b, ok := batches.Get().(*batch); ok && cap(b.events) >= capacity {
+		return b
+	}
+	return &batch{events: make([]event, 0, capacity)}
+}
+
+// recycle returns an ended batch (every event has its disposition) to the
+// pool.
+func recycle(b *batch) {
+	clear(b.events) // drop the messages for the collector
+	*b = batch{events: b.events[:0]}
+	batches.Put(b)
 }
 
 // queue is the one structure shared by Track and the consumers: a bounded
