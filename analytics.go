@@ -195,7 +195,7 @@ func (c *Client) dispatch(ctx context.Context, wait bool, m Message) error {
 // blocks; with wait it waits for room until ctx ends.
 func enqueueAs[M interface {
 	Message
-	withDefaults(*scratch) M
+	withDefaults(s *scratch, withID bool) M
 }](c *Client, ctx context.Context, wait bool, m M) error {
 	if err := m.Validate(); err != nil {
 		return err
@@ -204,7 +204,7 @@ func enqueueAs[M interface {
 		return ErrClosed
 	}
 	sc := getScratch()
-	m = m.withDefaults(sc)
+	m = m.withDefaults(sc, c.keepMessages)
 	e := &sc.enc
 	err := m.appendJSON(e)
 	var ev event
@@ -240,8 +240,10 @@ func enqueueAs[M interface {
 }
 
 // stamp fills the fields the SDK owns, never overwriting the caller's (R2).
-func stamp(id *string, ts *time.Time, s *scratch) {
-	if *id == "" {
+// An empty id is filled only withID (callbacks will read it); otherwise the
+// encoder writes a fresh id straight into the JSON, and no string is made.
+func stamp(id *string, ts *time.Time, s *scratch, withID bool) {
+	if *id == "" && withID {
 		*id = s.messageID()
 	}
 	if ts.IsZero() {

@@ -424,3 +424,29 @@ func TestNewMessageID(t *testing.T) {
 		seen[id] = true
 	}
 }
+
+// Without callbacks the generated id goes straight into the JSON: it is
+// still a version-4 UUID, unique, and the same on every attempt (R2, R3).
+func TestGeneratedIDsWithoutCallbacks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := newFakeAPI(sequence(reply{status: 500}, reply{status: 200}))
+		c := newTestClient(t, api, nil, WithFlushAt(100), WithConsumers(1))
+		for i := 0; i < 300; i++ {
+			require.NoError(t, c.Track(Track{UserID: "u", Event: "e"}))
+		}
+		require.NoError(t, closeClient(t, c, time.Minute))
+		reqs := api.requests()
+		require.Len(t, reqs, 4)
+		assert.Equal(t, reqs[0].ids, reqs[1].ids, "the retry carries the same ids")
+		re := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+		seen := map[string]bool{}
+		for _, r := range reqs[1:] {
+			for _, id := range r.ids {
+				require.Regexp(t, re, id)
+				require.False(t, seen[id], "repeated id %s", id)
+				seen[id] = true
+			}
+		}
+		assert.Len(t, seen, 300)
+	})
+}

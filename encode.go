@@ -25,12 +25,19 @@ type encoder struct {
 	err error
 }
 
-// header opens the object with the fields every message has.
+// header opens the object with the fields every message has. An empty id
+// gets a new random one (see stamp).
 func (e *encoder) header(typ, id string, ts time.Time, userID, anonymousID string) {
 	e.buf = append(e.buf, `{"type":"`...)
 	e.buf = append(e.buf, typ...)
 	e.buf = append(e.buf, `","messageId":`...)
-	e.buf = appendString(e.buf, id)
+	if id == "" {
+		e.buf = append(e.buf, '"')
+		e.buf = appendUUID(e.buf)
+		e.buf = append(e.buf, '"')
+	} else {
+		e.buf = appendString(e.buf, id)
+	}
 	e.buf = append(e.buf, `,"timestamp":"`...)
 	e.buf = ts.AppendFormat(e.buf, time.RFC3339Nano)
 	e.buf = append(e.buf, '"')

@@ -233,33 +233,33 @@ var (
 	_ Message = (*Track)(nil)
 )
 
-func (m Track) withDefaults(s *scratch) Track {
-	stamp(&m.MessageID, &m.Timestamp, s)
+func (m Track) withDefaults(s *scratch, withID bool) Track {
+	stamp(&m.MessageID, &m.Timestamp, s, withID)
 	return m
 }
 
-func (m Identify) withDefaults(s *scratch) Identify {
-	stamp(&m.MessageID, &m.Timestamp, s)
+func (m Identify) withDefaults(s *scratch, withID bool) Identify {
+	stamp(&m.MessageID, &m.Timestamp, s, withID)
 	return m
 }
 
-func (m Group) withDefaults(s *scratch) Group {
-	stamp(&m.MessageID, &m.Timestamp, s)
+func (m Group) withDefaults(s *scratch, withID bool) Group {
+	stamp(&m.MessageID, &m.Timestamp, s, withID)
 	return m
 }
 
-func (m Page) withDefaults(s *scratch) Page {
-	stamp(&m.MessageID, &m.Timestamp, s)
+func (m Page) withDefaults(s *scratch, withID bool) Page {
+	stamp(&m.MessageID, &m.Timestamp, s, withID)
 	return m
 }
 
-func (m Screen) withDefaults(s *scratch) Screen {
-	stamp(&m.MessageID, &m.Timestamp, s)
+func (m Screen) withDefaults(s *scratch, withID bool) Screen {
+	stamp(&m.MessageID, &m.Timestamp, s, withID)
 	return m
 }
 
-func (m Alias) withDefaults(s *scratch) Alias {
-	stamp(&m.MessageID, &m.Timestamp, s)
+func (m Alias) withDefaults(s *scratch, withID bool) Alias {
+	stamp(&m.MessageID, &m.Timestamp, s, withID)
 	return m
 }
 

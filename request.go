@@ -226,8 +226,10 @@ func newHTTPClient(s *settings) *http.Client {
 		c = *s.httpClient
 	} else {
 		t := http.DefaultTransport.(*http.Transport).Clone()
-		// A batch body (up to 500 KB) then leaves in a few large writes.
-		t.WriteBufferSize = 64 << 10
+		// A typical batch (250 events of up to ~500 B) then leaves in one
+		// write. A body larger than the buffer makes net/http copy the rest
+		// through a fresh 32 KB buffer on every request.
+		t.WriteBufferSize = 128 << 10
 		// Every consumer may hold a connection; with net/http's default of
 		// 2 idle connections per host, the others would be closed after
 		// each request and dialled again for the next one.
