@@ -247,7 +247,7 @@ func stamp(id *string, ts *time.Time, s *scratch, withID bool) {
 		*id = s.messageID()
 	}
 	if ts.IsZero() {
-		*ts = time.Now()
+		*ts = time.Now().UTC()
 	}
 }
 

@@ -17,8 +17,9 @@ func (blockedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return nil, req.Context().Err()
 }
 
-// discardQueued empties the queue outside the timer, so a benchmark's live
-// heap stays at QueueCapacity as it would in a real, draining client.
+// discardQueued empties the queue outside the timer, as delivery would: the
+// events get their disposition and their slabs go back for reuse, so a
+// benchmark's live heap stays at QueueCapacity as in a real, draining client.
 func (q *queue) discardQueued() {
 	q.mu.Lock()
 	var evs []event
@@ -27,6 +28,9 @@ func (q *queue) discardQueued() {
 	}
 	q.mu.Unlock()
 	q.settle(evs)
+	for i := range evs {
+		evs[i].release()
+	}
 }
 
 // BenchmarkTrack is the hot path with the uploader blocked: validate, stamp,

@@ -39,7 +39,7 @@ func (e *encoder) header(typ, id string, ts time.Time, userID, anonymousID strin
 		e.buf = appendString(e.buf, id)
 	}
 	e.buf = append(e.buf, `,"timestamp":"`...)
-	e.buf = ts.AppendFormat(e.buf, time.RFC3339Nano)
+	e.buf = appendTimestamp(e.buf, ts)
 	e.buf = append(e.buf, '"')
 	e.optionalString("userId", userID)
 	e.optionalString("anonymousId", anonymousID)
@@ -181,7 +181,7 @@ func (e *encoder) value(v any, depth int) {
 		e.buf = append(e.buf, ']')
 	case time.Time:
 		e.buf = append(e.buf, '"')
-		e.buf = x.AppendFormat(e.buf, time.RFC3339Nano)
+		e.buf = appendTimestamp(e.buf, x)
 		e.buf = append(e.buf, '"')
 	case json.RawMessage:
 		if !json.Valid(x) {
@@ -257,4 +257,49 @@ func appendString(b []byte, s string) []byte {
 	}
 	b = append(b, s[start:]...)
 	return append(b, '"')
+}
+
+// appendTimestamp appends t as time.RFC3339Nano would. Times in UTC (every
+// timestamp the SDK stamps, and sentAt) take a direct path that is about
+// three times cheaper than time.Time.AppendFormat; other locations keep
+// their offset through AppendFormat.
+func appendTimestamp(b []byte, t time.Time) []byte {
+	year, month, day := t.Date()
+	if t.Location() != time.UTC || year < 0 || year > 9999 {
+		return t.AppendFormat(b, time.RFC3339Nano)
+	}
+	hour, minute, sec := t.Clock()
+	var a [30]byte
+	a[0] = byte('0' + year/1000)
+	a[1] = byte('0' + year/100%10)
+	put2(a[2:], year%100)
+	a[4] = '-'
+	put2(a[5:], int(month))
+	a[7] = '-'
+	put2(a[8:], day)
+	a[10] = 'T'
+	put2(a[11:], hour)
+	a[13] = ':'
+	put2(a[14:], minute)
+	a[16] = ':'
+	put2(a[17:], sec)
+	n := 19
+	if ns := t.Nanosecond(); ns != 0 {
+		a[n] = '.'
+		for i := 9; i >= 1; i-- {
+			a[n+i] = byte('0' + ns%10)
+			ns /= 10
+		}
+		n += 10
+		for a[n-1] == '0' {
+			n--
+		}
+	}
+	a[n] = 'Z'
+	return append(b, a[:n+1]...)
+}
+
+func put2(dst []byte, v int) {
+	dst[0] = byte('0' + v/10)
+	dst[1] = byte('0' + v%10)
 }
