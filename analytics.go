@@ -231,7 +231,7 @@ func enqueueAs[M interface {
 		err = c.q.push(ev)
 	}
 	if err != nil {
-		ev.release() // not accepted: the queue holds no copy
+		releaseEvents([]event{ev}) // not accepted: the queue holds no copy
 		if errors.Is(err, ErrQueueFull) {
 			c.stats.dropped.Add(1)
 		}

@@ -12,33 +12,57 @@ import (
 // allocations per call. sync.Pool keeps one current slab per P, so
 // concurrent callers rarely share one.
 //
-// Slabs are reused: a slab counts the events cut from it that have no
-// disposition yet (plus one while it is a scratch's current slab), and goes
-// back to a pool when the count reaches zero. An event's JSON is read only
-// between its acceptance and its disposition (the request body is a copy),
-// and every accepted event has exactly one disposition (R42), which is what
+// Slabs are reused. A slab counts holds: the events cut from it that have
+// no disposition yet, plus the tickets its scratch has not handed out yet.
+// A scratch takes a new slab with slabTickets tickets and hands one to each
+// event without touching the count; when it moves on to the next slab it
+// gives the rest back in one step, and each disposition gives one back. The
+// count reaches zero when the scratch has moved on and every event is done;
+// the slab then goes back to a pool. An event's JSON is read only between
+// its acceptance and its disposition (the request body is a copy), and
+// every accepted event has exactly one disposition (R42), which is what
 // makes this safe. A slab whose count never reaches zero (a scratch dropped
 // by the pool, say) is simply collected.
 
 const (
 	slabSize    = 32 << 10
 	idsPerBlock = 64
+	slabTickets = 1 << 30 // more than a slab can hold events
 )
 
-// slab holds the JSON of many events. Only the scratch that owns it appends;
-// refs is the number of holders described above.
+// slab holds the JSON of many events. Only the scratch that owns it appends.
 type slab struct {
 	buf  []byte
-	refs atomic.Int32
+	refs atomic.Int32 // holds, as described above
 }
 
 var slabs = sync.Pool{New: func() any { return &slab{buf: make([]byte, 0, slabSize)} }}
 
-// release drops one holder; the last one returns the slab to the pool.
-func (sl *slab) release() {
-	if sl.refs.Add(-1) == 0 {
+// release gives back n holds; the last one returns the slab to the pool.
+func (sl *slab) release(n int32) {
+	if sl.refs.Add(-n) == 0 {
 		sl.buf = sl.buf[:0]
 		slabs.Put(sl)
+	}
+}
+
+// releaseEvents gives back the slab holds of evs, one atomic step per run
+// of events from the same slab. Their JSON must not be read after it.
+func releaseEvents(evs []event) {
+	var cur *slab
+	var n int32
+	for i := range evs {
+		if sl := evs[i].slab; sl != cur {
+			if cur != nil {
+				cur.release(n)
+			}
+			cur, n = sl, 0
+		}
+		n++
+		evs[i].slab = nil
+	}
+	if cur != nil {
+		cur.release(n)
 	}
 }
 
@@ -46,10 +70,11 @@ func (sl *slab) release() {
 // an enqueue call costs one Get and one Put: the encoder's buffer, the
 // current slab and the current id block.
 type scratch struct {
-	enc  encoder
-	slab *slab
-	ids  string
-	next int
+	enc    encoder
+	slab   *slab
+	handed int32 // tickets of slab handed out
+	ids    string
+	next   int
 }
 
 var scratches = sync.Pool{New: func() any {
@@ -80,15 +105,15 @@ func (s *scratch) keep(p []byte) ([]byte, *slab) {
 	sl := s.slab
 	if sl == nil || cap(sl.buf)-len(sl.buf) < len(p) {
 		if sl != nil {
-			sl.release() // the scratch's own hold
+			sl.release(slabTickets - s.handed) // the tickets not handed out
 		}
 		sl = slabs.Get().(*slab)
-		sl.refs.Store(1)
-		s.slab = sl
+		sl.refs.Store(slabTickets)
+		s.slab, s.handed = sl, 0
 	}
 	start := len(sl.buf)
 	sl.buf = append(sl.buf, p...)
-	sl.refs.Add(1)
+	s.handed++
 	return sl.buf[start:len(sl.buf):len(sl.buf)], sl
 }
 

@@ -28,9 +28,7 @@ func (q *queue) discardQueued() {
 	}
 	q.mu.Unlock()
 	q.settle(evs)
-	for i := range evs {
-		evs[i].release()
-	}
+	releaseEvents(evs)
 }
 
 // BenchmarkTrack is the hot path with the uploader blocked: validate, stamp,

@@ -61,9 +61,7 @@ func (c *Client) settle(evs []event, err error) {
 		}
 	}
 	c.q.settle(evs)
-	for i := range evs {
-		evs[i].release()
-	}
+	releaseEvents(evs)
 }
 
 // callback runs a user callback; a panic is logged, not propagated, so a

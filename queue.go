@@ -17,14 +17,6 @@ type event struct {
 	epoch uint64 // ledger epoch at acceptance (see ledger)
 }
 
-// release gives up the event's hold on its slab; data must not be read
-// after it.
-func (ev *event) release() {
-	if ev.slab != nil {
-		ev.slab.release()
-		ev.slab = nil
-	}
-}
 
 // batch is the unit of upload. Its events are fixed at its first attempt
 // and travel intact through retries and re-queues (R3).
