@@ -17,7 +17,6 @@ type event struct {
 	epoch uint64 // ledger epoch at acceptance (see ledger)
 }
 
-
 // batch is the unit of upload. Its events are fixed at its first attempt
 // and travel intact through retries and re-queues (R3).
 type batch struct {
