@@ -21,8 +21,9 @@ const maxNesting = 64
 var errTooDeep = errors.New("nesting deeper than 64 levels (a cycle?)")
 
 type encoder struct {
-	buf []byte
-	err error
+	buf    []byte
+	err    error
+	second secondText // the last second a timestamp was written in
 }
 
 // header opens the object with the fields every message has. An empty id
@@ -39,7 +40,7 @@ func (e *encoder) header(typ, id string, ts time.Time, userID, anonymousID strin
 		e.buf = appendString(e.buf, id)
 	}
 	e.buf = append(e.buf, `,"timestamp":"`...)
-	e.buf = appendTimestamp(e.buf, ts)
+	e.buf = appendTimestamp(e.buf, ts, &e.second)
 	e.buf = append(e.buf, '"')
 	e.optionalString("userId", userID)
 	e.optionalString("anonymousId", anonymousID)
@@ -181,7 +182,7 @@ func (e *encoder) value(v any, depth int) {
 		e.buf = append(e.buf, ']')
 	case time.Time:
 		e.buf = append(e.buf, '"')
-		e.buf = appendTimestamp(e.buf, x)
+		e.buf = appendTimestamp(e.buf, x, &e.second)
 		e.buf = append(e.buf, '"')
 	case json.RawMessage:
 		if !json.Valid(x) {
@@ -260,16 +261,57 @@ func appendString(b []byte, s string) []byte {
 }
 
 // appendTimestamp appends t as time.RFC3339Nano would. Times in UTC (every
-// timestamp the SDK stamps, and sentAt) take a direct path that is about
-// three times cheaper than time.Time.AppendFormat; other locations keep
-// their offset through AppendFormat.
-func appendTimestamp(b []byte, t time.Time) []byte {
-	year, month, day := t.Date()
-	if t.Location() != time.UTC || year < 0 || year > 9999 {
+// timestamp the SDK stamps, and sentAt) take a direct path; other
+// locations keep their offset through AppendFormat. A non-nil cache keeps
+// the text of the last second formatted, so consecutive events within a
+// second only format their fraction.
+func appendTimestamp(b []byte, t time.Time, cache *secondText) []byte {
+	if t.Location() != time.UTC {
 		return t.AppendFormat(b, time.RFC3339Nano)
 	}
+	sec := t.Unix()
+	var own secondText
+	if cache == nil {
+		cache = &own
+	}
+	if !cache.ok || cache.sec != sec {
+		if !cache.set(t) {
+			return t.AppendFormat(b, time.RFC3339Nano)
+		}
+	}
+	b = append(b, cache.text[:]...)
+	if ns := t.Nanosecond(); ns != 0 {
+		var f [10]byte
+		f[0] = '.'
+		for i := 9; i >= 1; i-- {
+			f[i] = byte('0' + ns%10)
+			ns /= 10
+		}
+		n := 10
+		for f[n-1] == '0' {
+			n--
+		}
+		b = append(b, f[:n]...)
+	}
+	return append(b, 'Z')
+}
+
+// secondText is "YYYY-MM-DDTHH:MM:SS" of one second (Unix time sec).
+type secondText struct {
+	sec  int64
+	text [19]byte
+	ok   bool
+}
+
+// set formats t's second; it reports false for years outside 0–9999,
+// which RFC 3339 cannot write in four digits.
+func (c *secondText) set(t time.Time) bool {
+	year, month, day := t.Date()
+	if year < 0 || year > 9999 {
+		return false
+	}
 	hour, minute, sec := t.Clock()
-	var a [30]byte
+	a := &c.text
 	a[0] = byte('0' + year/1000)
 	a[1] = byte('0' + year/100%10)
 	put2(a[2:], year%100)
@@ -283,20 +325,8 @@ func appendTimestamp(b []byte, t time.Time) []byte {
 	put2(a[14:], minute)
 	a[16] = ':'
 	put2(a[17:], sec)
-	n := 19
-	if ns := t.Nanosecond(); ns != 0 {
-		a[n] = '.'
-		for i := 9; i >= 1; i-- {
-			a[n+i] = byte('0' + ns%10)
-			ns /= 10
-		}
-		n += 10
-		for a[n-1] == '0' {
-			n--
-		}
-	}
-	a[n] = 'Z'
-	return append(b, a[:n+1]...)
+	c.sec, c.ok = t.Unix(), true
+	return true
 }
 
 func put2(dst []byte, v int) {

@@ -12,10 +12,12 @@ import (
 // instant and location.
 func TestAppendTimestampMatchesRFC3339Nano(t *testing.T) {
 	zones := []*time.Location{time.UTC, time.FixedZone("IST", 5*3600+1800), time.FixedZone("W", -3600)}
+	var cache secondText
 	check := func(ts time.Time) {
 		t.Helper()
-		want := ts.AppendFormat([]byte("x"), time.RFC3339Nano)
-		require.Equal(t, string(want), string(appendTimestamp([]byte("x"), ts)), "%v", ts)
+		want := string(ts.AppendFormat([]byte("x"), time.RFC3339Nano))
+		require.Equal(t, want, string(appendTimestamp([]byte("x"), ts, nil)), "%v", ts)
+		require.Equal(t, want, string(appendTimestamp([]byte("x"), ts, &cache)), "%v, cached", ts)
 	}
 	r := rand.New(rand.NewPCG(1, 2))
 	lo := time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC).Unix()
@@ -35,6 +37,7 @@ func TestAppendTimestampMatchesRFC3339Nano(t *testing.T) {
 		for _, z := range zones {
 			check(ts.In(z))
 		}
+		check(ts.In(time.UTC).Add(time.Duration(r.Int64N(3e9)))) // often the cached second, or the next ones
 	}
 	for _, ts := range []time.Time{
 		{},

@@ -66,7 +66,7 @@ func (s *sender) encodeBody(buf []byte, b *batch, sentAt time.Time) []byte {
 		buf = append(buf, b.events[i].data...)
 	}
 	buf = append(buf, `],"sentAt":"`...)
-	buf = appendTimestamp(buf, sentAt.UTC())
+	buf = appendTimestamp(buf, sentAt.UTC(), nil)
 	buf = append(buf, `","writeKey":`...)
 	buf = append(buf, s.writeKey...)
 	return append(buf, '}')
