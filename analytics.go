@@ -112,23 +112,47 @@ func (c *Client) Config() Config { return c.cfg }
 
 // Track enqueues a track event. See Client for the contract; errors are
 // *MessageError (ErrInvalidMessage), ErrEventTooLarge, ErrQueueFull and
-// ErrClosed.
-func (c *Client) Track(m Track) error { return enqueueAs(c, context.Background(), false, m) }
+// ErrClosed. The client does not keep m's maps (see Message).
+func (c *Client) Track(m Track) error {
+	sc := getScratch()
+	kept, err := m.prepare(sc, c.keepMessages)
+	return c.accept(context.Background(), false, sc, kept, err)
+}
 
 // Identify enqueues an identify event; errors as for Track.
-func (c *Client) Identify(m Identify) error { return enqueueAs(c, context.Background(), false, m) }
+func (c *Client) Identify(m Identify) error {
+	sc := getScratch()
+	kept, err := m.prepare(sc, c.keepMessages)
+	return c.accept(context.Background(), false, sc, kept, err)
+}
 
 // Group enqueues a group event; errors as for Track.
-func (c *Client) Group(m Group) error { return enqueueAs(c, context.Background(), false, m) }
+func (c *Client) Group(m Group) error {
+	sc := getScratch()
+	kept, err := m.prepare(sc, c.keepMessages)
+	return c.accept(context.Background(), false, sc, kept, err)
+}
 
 // Page enqueues a page event; errors as for Track.
-func (c *Client) Page(m Page) error { return enqueueAs(c, context.Background(), false, m) }
+func (c *Client) Page(m Page) error {
+	sc := getScratch()
+	kept, err := m.prepare(sc, c.keepMessages)
+	return c.accept(context.Background(), false, sc, kept, err)
+}
 
 // Screen enqueues a screen event; errors as for Track.
-func (c *Client) Screen(m Screen) error { return enqueueAs(c, context.Background(), false, m) }
+func (c *Client) Screen(m Screen) error {
+	sc := getScratch()
+	kept, err := m.prepare(sc, c.keepMessages)
+	return c.accept(context.Background(), false, sc, kept, err)
+}
 
 // Alias enqueues an alias event; errors as for Track.
-func (c *Client) Alias(m Alias) error { return enqueueAs(c, context.Background(), false, m) }
+func (c *Client) Alias(m Alias) error {
+	sc := getScratch()
+	kept, err := m.prepare(sc, c.keepMessages)
+	return c.accept(context.Background(), false, sc, kept, err)
+}
 
 // Enqueue enqueues any Message (a value or a non-nil pointer of one of the
 // six types) without blocking; errors as for Track.
@@ -147,84 +171,82 @@ func (c *Client) EnqueueContext(ctx context.Context, m Message) error {
 }
 
 // dispatch validates, stamps and enqueues m; with wait it waits for room.
+// It calls prepare on the concrete type, so m (and its maps) does not
+// escape: a message built in the call stays on the caller's stack.
 func (c *Client) dispatch(ctx context.Context, wait bool, m Message) error {
+	sc := getScratch()
+	keep := c.keepMessages
+	var kept Message
+	var err error
+	ok := true
 	switch v := m.(type) {
 	case Track:
-		return enqueueAs(c, ctx, wait, v)
-	case *Track:
-		if v != nil {
-			return enqueueAs(c, ctx, wait, *v)
-		}
+		kept, err = v.prepare(sc, keep)
 	case Identify:
-		return enqueueAs(c, ctx, wait, v)
-	case *Identify:
-		if v != nil {
-			return enqueueAs(c, ctx, wait, *v)
-		}
+		kept, err = v.prepare(sc, keep)
 	case Group:
-		return enqueueAs(c, ctx, wait, v)
-	case *Group:
-		if v != nil {
-			return enqueueAs(c, ctx, wait, *v)
-		}
+		kept, err = v.prepare(sc, keep)
 	case Page:
-		return enqueueAs(c, ctx, wait, v)
-	case *Page:
-		if v != nil {
-			return enqueueAs(c, ctx, wait, *v)
-		}
+		kept, err = v.prepare(sc, keep)
 	case Screen:
-		return enqueueAs(c, ctx, wait, v)
-	case *Screen:
-		if v != nil {
-			return enqueueAs(c, ctx, wait, *v)
-		}
+		kept, err = v.prepare(sc, keep)
 	case Alias:
-		return enqueueAs(c, ctx, wait, v)
-	case *Alias:
-		if v != nil {
-			return enqueueAs(c, ctx, wait, *v)
+		kept, err = v.prepare(sc, keep)
+	case *Track:
+		if ok = v != nil; ok {
+			kept, err = v.prepare(sc, keep)
 		}
+	case *Identify:
+		if ok = v != nil; ok {
+			kept, err = v.prepare(sc, keep)
+		}
+	case *Group:
+		if ok = v != nil; ok {
+			kept, err = v.prepare(sc, keep)
+		}
+	case *Page:
+		if ok = v != nil; ok {
+			kept, err = v.prepare(sc, keep)
+		}
+	case *Screen:
+		if ok = v != nil; ok {
+			kept, err = v.prepare(sc, keep)
+		}
+	case *Alias:
+		if ok = v != nil; ok {
+			kept, err = v.prepare(sc, keep)
+		}
+	default:
+		ok = false
 	}
-	return &MessageError{Type: "unknown", Field: "Message", Reason: "must be a non-nil Track, Identify, Group, Page, Screen or Alias"}
+	if !ok {
+		err = &MessageError{Type: "unknown", Field: "Message", Reason: "must be a non-nil Track, Identify, Group, Page, Screen or Alias"}
+	}
+	return c.accept(ctx, wait, sc, kept, err)
 }
 
-// enqueueAs validates, stamps, encodes and enqueues a message of concrete
-// type M (R2, R43, R45). It works on the value, so nothing is allocated for
-// the message itself unless callbacks need it later. Without wait it never
-// blocks; with wait it waits for room until ctx ends.
-func enqueueAs[M interface {
-	Message
-	withDefaults(s *scratch, withID bool) M
-}](c *Client, ctx context.Context, wait bool, m M) error {
-	if err := m.Validate(); err != nil {
-		return err
-	}
-	if c.closed.Load() {
-		return ErrClosed
-	}
-	sc := getScratch()
-	m = m.withDefaults(sc, c.keepMessages)
+// accept ends an enqueue call (R2, R43, R45): prepare has encoded the event
+// into sc's encoder (or failed with err), and kept is the message for
+// callbacks (nil without callbacks). The JSON is copied into a slab and
+// the event queued; without wait it never blocks, with wait it waits for
+// room until ctx ends.
+func (c *Client) accept(ctx context.Context, wait bool, sc *scratch, kept Message, err error) error {
 	e := &sc.enc
-	err := m.appendJSON(e)
-	var ev event
+	if err == nil && c.closed.Load() {
+		err = ErrClosed
+	}
 	if err == nil && len(e.buf) > MaxEventBytes {
 		err = fmt.Errorf("%w: %d bytes of JSON, limit %d", ErrEventTooLarge, len(e.buf), MaxEventBytes)
 	}
+	var ev event
 	if err == nil {
 		ev.data, ev.slab = sc.keep(e.buf)
 	}
 	putScratch(sc)
 	if err != nil {
-		var me *MessageError
-		if errors.As(err, &me) {
-			me.Type = m.Type()
-		}
 		return err
 	}
-	if c.keepMessages {
-		ev.msg = m // only callbacks read it
-	}
+	ev.msg = kept
 	if wait {
 		err = c.q.pushWait(ctx, ev)
 	} else {

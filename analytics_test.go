@@ -450,3 +450,67 @@ func TestGeneratedIDsWithoutCallbacks(t *testing.T) {
 		assert.Len(t, seen, 300)
 	})
 }
+
+// The client never keeps the caller's maps, so a message written in the
+// call, map literals included, stays on the caller's stack: with constant
+// values, an enqueue allocates nothing at all (slabs are reused once the
+// events are delivered). With callbacks, the kept copy is allocated instead.
+func TestEnqueueDoesNotKeepCallersMaps(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are not meaningful under the race detector")
+	}
+	c, err := New("wk", WithEndpoint("http://127.0.0.1:1"), WithHTTPClient(&http.Client{Transport: blockedTransport{}}),
+		WithConsumers(1), WithQueueCapacity(5000))
+	require.NoError(t, err)
+	ctx := context.Background()
+	allocs := testing.AllocsPerRun(1000, func() {
+		_ = c.Track(Track{UserID: "u1", Event: "Played", Properties: Properties{"plan": "pro", "n": 7, "ok": true},
+			Context: Context{"ip": "1.2.3.4"}})
+		_ = c.Identify(Identify{UserID: "u1", Traits: Traits{"name": "Ada"}})
+		_ = c.EnqueueContext(ctx, Page{UserID: "u1", Name: "Home", Properties: Properties{"path": "/"}})
+		_ = c.Enqueue(&Screen{UserID: "u1", Name: "Main", Properties: Properties{"tab": 1}})
+		c.q.discardQueued()
+	})
+	assert.Zero(t, allocs, "allocations per round of four enqueue calls")
+	assert.Zero(t, c.Stats().Dropped)
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+	defer cancel()
+	_ = c.Close(cctx)
+}
+
+// Callbacks get a copy of what was sent: same values, the stamped id and
+// time, top-level maps copied (so later changes to the caller's map do not
+// show), and the time as the same instant in UTC.
+func TestCallbacksGetCopiesOfWhatWasSent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := newFakeAPI(nil)
+		cb := &callbacks{}
+		c := newTestClient(t, api, cb)
+		props := Properties{"plan": "pro", "nested": map[string]any{"a": 1}}
+		at := time.Date(2024, 5, 6, 9, 8, 9, 123000000, time.FixedZone("CEST", 2*3600))
+		require.NoError(t, c.Track(Track{UserID: "u1", Event: "Signed Up", Timestamp: at, Properties: props,
+			Context: Context{"ip": "1.2.3.4"}}))
+		require.NoError(t, c.EnqueueContext(context.Background(), &Page{AnonymousID: "a1", Name: "Home", Category: "Docs"}))
+		props["plan"] = "changed after Track"
+		require.NoError(t, closeClient(t, c, time.Second))
+
+		require.Len(t, cb.successes, 1)
+		got := cb.successes[0]
+		require.Len(t, got, 2)
+		tr, ok := got[0].(Track)
+		require.True(t, ok, "%T", got[0])
+		reqs := api.requests()
+		require.Len(t, reqs, 1)
+		assert.Equal(t, reqs[0].ids[0], tr.MessageID, "the id that was sent")
+		assert.Equal(t, "u1", tr.UserID)
+		assert.Equal(t, "Signed Up", tr.Event)
+		assert.True(t, at.Equal(tr.Timestamp), "%v vs %v", at, tr.Timestamp)
+		assert.Equal(t, Properties{"plan": "pro", "nested": map[string]any{"a": 1}}, tr.Properties)
+		assert.Equal(t, Context{"ip": "1.2.3.4"}, tr.Context)
+		assert.Nil(t, tr.Integrations)
+		pg, ok := got[1].(Page)
+		require.True(t, ok, "%T", got[1])
+		assert.Equal(t, Page{MessageID: reqs[0].ids[1], AnonymousID: "a1", Name: "Home", Category: "Docs",
+			Timestamp: time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)}, pg)
+	})
+}

@@ -21,14 +21,21 @@ func (blockedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 // events get their disposition and their slabs go back for reuse, so a
 // benchmark's live heap stays at QueueCapacity as in a real, draining client.
 func (q *queue) discardQueued() {
-	q.mu.Lock()
-	var evs []event
-	for q.n > 0 {
-		evs = append(evs, q.popLocked())
+	var buf [64]event // no allocation of its own, so tests can count the caller's
+	for {
+		q.mu.Lock()
+		n := 0
+		for q.n > 0 && n < len(buf) {
+			buf[n] = q.popLocked()
+			n++
+		}
+		q.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		q.settle(buf[:n])
+		releaseEvents(buf[:n])
 	}
-	q.mu.Unlock()
-	q.settle(evs)
-	releaseEvents(evs)
 }
 
 // BenchmarkTrack is the hot path with the uploader blocked: validate, stamp,

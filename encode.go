@@ -23,12 +23,14 @@ var errTooDeep = errors.New("nesting deeper than 64 levels (a cycle?)")
 type encoder struct {
 	buf    []byte
 	err    error
+	typ    string     // the message type being written, for errors
 	second secondText // the last second a timestamp was written in
 }
 
 // header opens the object with the fields every message has. An empty id
 // gets a new random one (see stamp).
 func (e *encoder) header(typ, id string, ts time.Time, userID, anonymousID string) {
+	e.typ = typ
 	e.buf = append(e.buf, `{"type":"`...)
 	e.buf = append(e.buf, typ...)
 	e.buf = append(e.buf, `","messageId":`...)
@@ -68,19 +70,19 @@ func (e *encoder) tail(key string, m map[string]any, ctx, integrations map[strin
 		e.buf = append(e.buf, '"', ':')
 		e.object(m, 0, "")
 		if e.err != nil {
-			return &MessageError{Field: key, Reason: "cannot be encoded", Err: e.err}
+			return &MessageError{Type: e.typ, Field: key, Reason: "cannot be encoded", Err: e.err}
 		}
 	}
 	e.buf = append(e.buf, `,"context":`...)
 	e.object(ctx, 0, "library")
 	if e.err != nil {
-		return &MessageError{Field: "Context", Reason: "cannot be encoded", Err: e.err}
+		return &MessageError{Type: e.typ, Field: "Context", Reason: "cannot be encoded", Err: e.err}
 	}
 	if integrations != nil {
 		e.buf = append(e.buf, `,"integrations":`...)
 		e.object(integrations, 0, "")
 		if e.err != nil {
-			return &MessageError{Field: "Integrations", Reason: "cannot be encoded", Err: e.err}
+			return &MessageError{Type: e.typ, Field: "Integrations", Reason: "cannot be encoded", Err: e.err}
 		}
 	}
 	e.buf = append(e.buf, '}')

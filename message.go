@@ -1,6 +1,9 @@
 package analytics
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 // Properties are the free-form properties of a Track, Page or Screen event.
 // Values must be encodable as JSON.
@@ -19,8 +22,12 @@ type Integrations = map[string]any
 // Message is one of Track, Identify, Group, Page, Screen or Alias (values or
 // pointers). The set is closed: other types cannot implement it.
 //
-// Messages handed to callbacks are the values that were sent: MessageID and
-// Timestamp are filled in when the caller left them empty.
+// Messages handed to callbacks are copies of the values that were sent,
+// with MessageID and Timestamp filled in when the caller left them empty.
+// Their top-level maps (Properties, Traits, Context, Integrations) are
+// copies too; nested values are shared. The client never keeps the
+// caller's own maps, so a map literal written at the call site can stay on
+// the caller's stack.
 type Message interface {
 	// Validate reports a *MessageError when a required field is missing.
 	Validate() error
@@ -233,36 +240,149 @@ var (
 	_ Message = (*Track)(nil)
 )
 
-func (m Track) withDefaults(s *scratch, withID bool) Track {
-	stamp(&m.MessageID, &m.Timestamp, s, withID)
-	return m
+// prepare validates m, stamps it (see stamp) and encodes it into s's
+// encoder; with keep it also returns the copy that callbacks get. The
+// prepare methods are always called on the concrete type (Client.Track and
+// its siblings, Client.dispatch), so the compiler can see that nothing of m
+// is kept: its
+// maps are read, never stored. Escape analysis does not track struct
+// fields one by one, so keeping even one string of m in the heap would make
+// the caller's maps escape with it. The copy for callbacks (detach) is
+// therefore made of copies only: strings, top-level maps and the time.
+
+func (m Track) prepare(s *scratch, keep bool) (kept Message, err error) {
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	stamp(&m.MessageID, &m.Timestamp, s, keep)
+	if keep {
+		kept = m.detach()
+	}
+	return kept, m.appendJSON(&s.enc)
 }
 
-func (m Identify) withDefaults(s *scratch, withID bool) Identify {
-	stamp(&m.MessageID, &m.Timestamp, s, withID)
-	return m
+func (m Track) detach() Message {
+	c := cloneStrings([5]string{m.MessageID, m.UserID, m.AnonymousID, m.Event})
+	return Track{MessageID: c[0], UserID: c[1], AnonymousID: c[2], Event: c[3], Timestamp: cloneTime(m.Timestamp),
+		Properties: cloneMap(m.Properties), Context: cloneMap(m.Context), Integrations: cloneMap(m.Integrations)}
 }
 
-func (m Group) withDefaults(s *scratch, withID bool) Group {
-	stamp(&m.MessageID, &m.Timestamp, s, withID)
-	return m
+func (m Identify) prepare(s *scratch, keep bool) (kept Message, err error) {
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	stamp(&m.MessageID, &m.Timestamp, s, keep)
+	if keep {
+		kept = m.detach()
+	}
+	return kept, m.appendJSON(&s.enc)
 }
 
-func (m Page) withDefaults(s *scratch, withID bool) Page {
-	stamp(&m.MessageID, &m.Timestamp, s, withID)
-	return m
+func (m Identify) detach() Message {
+	c := cloneStrings([5]string{m.MessageID, m.UserID, m.AnonymousID})
+	return Identify{MessageID: c[0], UserID: c[1], AnonymousID: c[2], Timestamp: cloneTime(m.Timestamp),
+		Traits: cloneMap(m.Traits), Context: cloneMap(m.Context), Integrations: cloneMap(m.Integrations)}
 }
 
-func (m Screen) withDefaults(s *scratch, withID bool) Screen {
-	stamp(&m.MessageID, &m.Timestamp, s, withID)
-	return m
+func (m Group) prepare(s *scratch, keep bool) (kept Message, err error) {
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	stamp(&m.MessageID, &m.Timestamp, s, keep)
+	if keep {
+		kept = m.detach()
+	}
+	return kept, m.appendJSON(&s.enc)
 }
 
-func (m Alias) withDefaults(s *scratch, withID bool) Alias {
-	stamp(&m.MessageID, &m.Timestamp, s, withID)
-	return m
+func (m Group) detach() Message {
+	c := cloneStrings([5]string{m.MessageID, m.UserID, m.AnonymousID, m.GroupID})
+	return Group{MessageID: c[0], UserID: c[1], AnonymousID: c[2], GroupID: c[3], Timestamp: cloneTime(m.Timestamp),
+		Traits: cloneMap(m.Traits), Context: cloneMap(m.Context), Integrations: cloneMap(m.Integrations)}
 }
 
-// enqueueAs calls withDefaults through its type parameter, which some
-// linters do not follow; these references keep the methods visibly used.
-var _ = []any{Track.withDefaults, Identify.withDefaults, Group.withDefaults, Page.withDefaults, Screen.withDefaults, Alias.withDefaults}
+func (m Page) prepare(s *scratch, keep bool) (kept Message, err error) {
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	stamp(&m.MessageID, &m.Timestamp, s, keep)
+	if keep {
+		kept = m.detach()
+	}
+	return kept, m.appendJSON(&s.enc)
+}
+
+func (m Page) detach() Message {
+	c := cloneStrings([5]string{m.MessageID, m.UserID, m.AnonymousID, m.Name, m.Category})
+	return Page{MessageID: c[0], UserID: c[1], AnonymousID: c[2], Name: c[3], Category: c[4], Timestamp: cloneTime(m.Timestamp),
+		Properties: cloneMap(m.Properties), Context: cloneMap(m.Context), Integrations: cloneMap(m.Integrations)}
+}
+
+func (m Screen) prepare(s *scratch, keep bool) (kept Message, err error) {
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	stamp(&m.MessageID, &m.Timestamp, s, keep)
+	if keep {
+		kept = m.detach()
+	}
+	return kept, m.appendJSON(&s.enc)
+}
+
+func (m Screen) detach() Message {
+	c := cloneStrings([5]string{m.MessageID, m.UserID, m.AnonymousID, m.Name, m.Category})
+	return Screen{MessageID: c[0], UserID: c[1], AnonymousID: c[2], Name: c[3], Category: c[4], Timestamp: cloneTime(m.Timestamp),
+		Properties: cloneMap(m.Properties), Context: cloneMap(m.Context), Integrations: cloneMap(m.Integrations)}
+}
+
+func (m Alias) prepare(s *scratch, keep bool) (kept Message, err error) {
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	stamp(&m.MessageID, &m.Timestamp, s, keep)
+	if keep {
+		kept = m.detach()
+	}
+	return kept, m.appendJSON(&s.enc)
+}
+
+func (m Alias) detach() Message {
+	c := cloneStrings([5]string{m.MessageID, m.UserID, m.AnonymousID, m.PreviousID})
+	return Alias{MessageID: c[0], UserID: c[1], AnonymousID: c[2], PreviousID: c[3], Timestamp: cloneTime(m.Timestamp),
+		Context: cloneMap(m.Context), Integrations: cloneMap(m.Integrations)}
+}
+
+// cloneStrings copies the strings of in into one new allocation.
+func cloneStrings(in [5]string) (out [5]string) {
+	n := 0
+	for _, s := range in {
+		n += len(s)
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for _, s := range in {
+		b.WriteString(s)
+	}
+	all := b.String()
+	for i, s := range in {
+		out[i], all = all[:len(s)], all[len(s):]
+	}
+	return out
+}
+
+// cloneTime returns the instant t, in UTC, sharing nothing with t.
+func cloneTime(t time.Time) time.Time {
+	return time.Unix(t.Unix(), int64(t.Nanosecond())).UTC()
+}
+
+// cloneMap copies the top level of m (nil stays nil).
+func cloneMap(m map[string]any) map[string]any {
+	if m == nil {
+		return nil
+	}
+	c := make(map[string]any, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	return c
+}
