@@ -38,7 +38,9 @@ var _ Tracker = (*Client)(nil)
 // empty, and queue it without blocking and without I/O. A nil error means
 // the event was accepted: it will get exactly one disposition, reported
 // through the callbacks. An error means it was rejected: it is never sent and
-// gets no callback.
+// gets no callback. The client keeps nothing of the caller's message, maps
+// included (see Message), so the caller may reuse or change it after the
+// call.
 //
 // # Callbacks
 //
@@ -48,7 +50,8 @@ var _ Tracker = (*Client)(nil)
 // attempt; calls for different batches may run concurrently when Consumers
 // > 1 and are ordered only per consumer. A callback must return quickly: the
 // consumer does no other work while it runs. A panicking callback is
-// recovered and logged; the consumer keeps running.
+// recovered and logged; the consumer keeps running. The messages passed to
+// callbacks are copies (see Message).
 type Client struct {
 	cfg  Config
 	log  *zap.Logger
