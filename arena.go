@@ -7,10 +7,10 @@ import (
 )
 
 // The hot path hands out small pieces of larger allocations: event JSON is
-// copied into 32 KiB slabs and message ids are cut from strings of 64 ids.
-// One allocation then serves many events, which keeps Track at few
-// allocations per call. sync.Pool keeps one current slab per P, so
-// concurrent callers rarely share one.
+// copied into 32 KiB slabs, and message ids that callbacks will read are cut
+// from strings of 64 ids (without callbacks, ids are written straight into
+// the JSON). One allocation then serves many events. sync.Pool keeps one
+// current slab per P, so concurrent callers rarely share one.
 //
 // Slabs are reused. A slab counts holds: the events cut from it that have
 // no disposition yet, plus the tickets its scratch has not handed out yet.
