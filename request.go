@@ -58,6 +58,10 @@ func newSender(s *settings, client *http.Client) *sender {
 // encodeBody writes {"batch":[…],"sentAt":…,"writeKey":…} into buf; sentAt
 // is the time of this attempt (R4).
 func (s *sender) encodeBody(buf []byte, b *batch, sentAt time.Time) []byte {
+	// The size is known: allocate once rather than grow by doubling.
+	if need := b.bytes + len(s.writeKey) + 80; cap(buf) < need {
+		buf = make([]byte, 0, need)
+	}
 	buf = append(buf[:0], `{"batch":[`...)
 	for i := range b.events {
 		if i > 0 {
