@@ -116,46 +116,22 @@ func (c *Client) Config() Config { return c.cfg }
 // Track enqueues a track event. See Client for the contract; errors are
 // *MessageError (ErrInvalidMessage), ErrEventTooLarge, ErrQueueFull and
 // ErrClosed. The client does not keep m's maps (see Message).
-func (c *Client) Track(m Track) error {
-	sc := getScratch()
-	kept, err := m.prepare(sc, c.keepMessages)
-	return c.accept(context.Background(), false, sc, kept, err)
-}
+func (c *Client) Track(m Track) error { return c.dispatch(context.Background(), false, m) }
 
 // Identify enqueues an identify event; errors as for Track.
-func (c *Client) Identify(m Identify) error {
-	sc := getScratch()
-	kept, err := m.prepare(sc, c.keepMessages)
-	return c.accept(context.Background(), false, sc, kept, err)
-}
+func (c *Client) Identify(m Identify) error { return c.dispatch(context.Background(), false, m) }
 
 // Group enqueues a group event; errors as for Track.
-func (c *Client) Group(m Group) error {
-	sc := getScratch()
-	kept, err := m.prepare(sc, c.keepMessages)
-	return c.accept(context.Background(), false, sc, kept, err)
-}
+func (c *Client) Group(m Group) error { return c.dispatch(context.Background(), false, m) }
 
 // Page enqueues a page event; errors as for Track.
-func (c *Client) Page(m Page) error {
-	sc := getScratch()
-	kept, err := m.prepare(sc, c.keepMessages)
-	return c.accept(context.Background(), false, sc, kept, err)
-}
+func (c *Client) Page(m Page) error { return c.dispatch(context.Background(), false, m) }
 
 // Screen enqueues a screen event; errors as for Track.
-func (c *Client) Screen(m Screen) error {
-	sc := getScratch()
-	kept, err := m.prepare(sc, c.keepMessages)
-	return c.accept(context.Background(), false, sc, kept, err)
-}
+func (c *Client) Screen(m Screen) error { return c.dispatch(context.Background(), false, m) }
 
 // Alias enqueues an alias event; errors as for Track.
-func (c *Client) Alias(m Alias) error {
-	sc := getScratch()
-	kept, err := m.prepare(sc, c.keepMessages)
-	return c.accept(context.Background(), false, sc, kept, err)
-}
+func (c *Client) Alias(m Alias) error { return c.dispatch(context.Background(), false, m) }
 
 // Enqueue enqueues any Message (a value or a non-nil pointer of one of the
 // six types) without blocking; errors as for Track.
