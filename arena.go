@@ -38,9 +38,16 @@ type slab struct {
 
 var slabs = sync.Pool{New: func() any { return &slab{buf: make([]byte, 0, slabSize)} }}
 
+// poisonFreedSlabs makes tests overwrite a slab as it goes back to the pool,
+// so that JSON read after its release shows at once as a broken body.
+var poisonFreedSlabs = false
+
 // release gives back n holds; the last one returns the slab to the pool.
 func (sl *slab) release(n int32) {
 	if sl.refs.Add(-n) == 0 {
+		if poisonFreedSlabs {
+			clear(sl.buf)
+		}
 		sl.buf = sl.buf[:0]
 		slabs.Put(sl)
 	}

@@ -17,6 +17,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	poisonFreedSlabs = true
 	goleak.VerifyTestMain(m)
 }
 
