@@ -45,7 +45,7 @@ func BenchmarkTrack(b *testing.B) {
 	for _, tc := range []struct {
 		name                string
 		prebuilt, callbacks bool
-	}{{"prebuilt-properties", true, false}, {"caller-builds-properties", false, false}, {"prebuilt-properties-with-callbacks", true, true}} {
+	}{{"prebuilt-properties", true, false}, {"caller-builds-properties", false, false}, {"prebuilt-properties-with-callbacks", true, true}, {"caller-builds-properties-with-callbacks", false, true}} {
 		prebuilt := tc.prebuilt
 		b.Run(tc.name, func(b *testing.B) {
 			opts := []Option{WithEndpoint("http://127.0.0.1:1"), WithHTTPClient(&http.Client{Transport: blockedTransport{}}), WithConsumers(1)}
