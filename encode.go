@@ -277,7 +277,7 @@ func appendTimestamp(b []byte, t time.Time, cache *secondText) []byte {
 		cache = &own
 	}
 	if !cache.ok || cache.sec != sec {
-		if !cache.set(t) {
+		if !cache.set(t, sec) {
 			return t.AppendFormat(b, time.RFC3339Nano)
 		}
 	}
@@ -305,14 +305,14 @@ type secondText struct {
 	ok   bool
 }
 
-// set formats t's second; it reports false for years outside 0–9999,
-// which RFC 3339 cannot write in four digits.
-func (c *secondText) set(t time.Time) bool {
+// set formats t's second (sec is t.Unix()); it reports false for years
+// outside 0–9999, which RFC 3339 cannot write in four digits.
+func (c *secondText) set(t time.Time, sec int64) bool {
 	year, month, day := t.Date()
 	if year < 0 || year > 9999 {
 		return false
 	}
-	hour, minute, sec := t.Clock()
+	hour, minute, second := t.Clock()
 	a := &c.text
 	a[0] = byte('0' + year/1000)
 	a[1] = byte('0' + year/100%10)
@@ -326,8 +326,8 @@ func (c *secondText) set(t time.Time) bool {
 	a[13] = ':'
 	put2(a[14:], minute)
 	a[16] = ':'
-	put2(a[17:], sec)
-	c.sec, c.ok = t.Unix(), true
+	put2(a[17:], second)
+	c.sec, c.ok = sec, true
 	return true
 }
 

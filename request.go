@@ -59,7 +59,8 @@ func newSender(s *settings, client *http.Client) *sender {
 // is the time of this attempt (R4).
 func (s *sender) encodeBody(buf []byte, b *batch, sentAt time.Time) []byte {
 	// The size is known: allocate once rather than grow by doubling.
-	if need := b.bytes + len(s.writeKey) + 80; cap(buf) < need {
+	const frame = len(`{"batch":[],"sentAt":"","writeKey":}`) + len("2006-01-02T15:04:05.999999999Z")
+	if need := b.bytes + len(s.writeKey) + frame; cap(buf) < need {
 		buf = make([]byte, 0, need)
 	}
 	buf = append(buf[:0], `{"batch":[`...)
