@@ -242,13 +242,13 @@ var (
 
 // prepare validates m, stamps it (see stamp) and encodes it into s's
 // encoder; with keep it also returns the copy that callbacks get. The
-// prepare methods are always called on the concrete type (Client.Track and
-// its siblings, Client.dispatch), so the compiler can see that nothing of m
-// is kept: its
-// maps are read, never stored. Escape analysis does not track struct
-// fields one by one, so keeping even one string of m in the heap would make
-// the caller's maps escape with it. The copy for callbacks (detach) is
+// prepare methods are always called on the concrete type (from
+// Client.dispatch), so the compiler can see that nothing of m is kept: its
+// maps are read, never stored. Escape analysis does not track struct fields
+// one by one, so keeping even one string of m in the heap would make the
+// caller's maps escape with it. The copy for callbacks (detach) is
 // therefore made of copies only: strings, top-level maps and the time.
+// TestEnqueueDoesNotKeepCallersMaps fails if that is ever broken.
 
 func (m Track) prepare(s *scratch, keep bool) (kept Message, err error) {
 	if err := m.Validate(); err != nil {
