@@ -74,7 +74,7 @@ func (w *consumer) assemble() *batch {
 		}
 	}()
 	for {
-		full, urgent := c.q.fill(b, c.cfg.FlushAt, batchEventBytes)
+		full, urgent := c.q.fill(b, c.cfg.FlushAt, batchEventBytes, false)
 		if full || urgent {
 			return b
 		}
@@ -88,6 +88,7 @@ func (w *consumer) assemble() *batch {
 		select {
 		case <-c.q.eventsReady:
 		case <-expired:
+			c.q.fill(b, c.cfg.FlushAt, batchEventBytes, true) // what arrived since the last wake
 			return b
 		case <-requeued:
 			return nil

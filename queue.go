@@ -70,8 +70,15 @@ type queue struct {
 	requeued []*batch // rate-limited batches; taken before any event (R32, R47)
 	closed   bool     // Close was called: enqueue returns ErrClosed
 	dead     bool     // Close handed everything back: nothing may enter any more
-	wake     bool     // the assembler waits for events
-	ledger   ledger
+	// wake: the assembler waits for events. A push wakes it only when the
+	// open batch could now be closed (wakeN events or more than wakeBytes
+	// bytes waiting) or is empty (its interval starts with its first
+	// event), not for every event.
+	wake        bool
+	wakeN       int
+	wakeBytes   int
+	queuedBytes int // encoded size of the waiting events, a comma each
+	ledger      ledger
 
 	spaceFreed   chan struct{} // closed and replaced when events leave the queue and someone waits for room
 	spaceWaiters int
@@ -153,8 +160,11 @@ func (q *queue) pushLocked(ev event) error {
 	ev.epoch = q.ledger.add(1)
 	q.ring[(q.head+q.n)%len(q.ring)] = ev
 	q.n++
-	wake := q.wake
-	q.wake = false
+	q.queuedBytes += len(ev.data) + 1
+	wake := q.wake && (q.n >= q.wakeN || q.queuedBytes > q.wakeBytes)
+	if wake {
+		q.wake = false
+	}
 	q.mu.Unlock()
 	if wake {
 		signal(q.eventsReady)
@@ -178,8 +188,10 @@ func (q *queue) grow() {
 // event would take it past maxBytes (R45, R46). It reports whether b is
 // full, and whether b must close without waiting for its interval: a Flush
 // or Close was asked for after its first event was accepted. When it
-// returns neither, the caller waits on eventsReady.
-func (q *queue) fill(b *batch, flushAt, maxBytes int) (full, urgent bool) {
+// returns neither, the caller waits on eventsReady. With closing, the
+// caller closes b whatever fill returns (its interval ended): fill then
+// only takes what arrived since the last wake.
+func (q *queue) fill(b *batch, flushAt, maxBytes int, closing bool) (full, urgent bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for q.n > 0 && len(b.events) < flushAt {
@@ -197,7 +209,7 @@ func (q *queue) fill(b *batch, flushAt, maxBytes int) (full, urgent bool) {
 	if q.spaceWaiters > 0 {
 		q.releaseSpaceLocked()
 	}
-	if len(b.events) >= flushAt {
+	if len(b.events) >= flushAt || closing {
 		full = true
 	}
 	urgent = len(b.events) > 0 && (q.closed || q.ledger.flushedSince(b.events[0].epoch))
@@ -206,6 +218,11 @@ func (q *queue) fill(b *batch, flushAt, maxBytes int) (full, urgent bool) {
 	} else {
 		q.openRoom = flushAt - len(b.events)
 		q.wake = true
+		if len(b.events) == 0 {
+			q.wakeN, q.wakeBytes = 1, 0
+		} else {
+			q.wakeN, q.wakeBytes = q.openRoom, maxBytes-b.bytes
+		}
 	}
 	return full, urgent
 }
@@ -287,6 +304,7 @@ func (q *queue) popLocked() event {
 	q.ring[q.head] = event{}
 	q.head = (q.head + 1) % len(q.ring)
 	q.n--
+	q.queuedBytes -= len(ev.data) + 1
 	return ev
 }
 
