@@ -1,0 +1,61 @@
+//go:build unix
+
+package analytics
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// okTransport answers every request 200 at once, without a network.
+type okTransport struct{}
+
+func (okTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	_, _ = io.Copy(io.Discard, req.Body)
+	return &http.Response{StatusCode: 200, Body: http.NoBody, Request: req}, nil
+}
+
+// BenchmarkTrackTrickle is the whole client at a steady, moderate rate: one
+// Track every 5 µs, batching and upload to an in-process API that answers
+// at once. The consumers keep up, so this shows what the client costs
+// besides the calls themselves (waking consumers, batching, encoding the
+// body). cpu-ns/op is the process's CPU time per event, from getrusage,
+// minus the caller's pacing loop.
+func BenchmarkTrackTrickle(b *testing.B) {
+	c, err := New("wk", WithEndpoint("http://api.test"), WithHTTPClient(&http.Client{Transport: okTransport{}}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	props := Properties{"plan": "pro", "amount": 42, "currency": "EUR", "trial": false}
+	const pace = 5 * time.Microsecond
+	var pacing time.Duration
+	cpu0 := processCPU()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		for time.Since(t0) < pace {
+		}
+		pacing += time.Since(t0)
+		if err := c.Track(Track{UserID: "user-1234", Event: "Order Completed", Properties: props}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := c.Close(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(processCPU()-cpu0-pacing)/float64(b.N), "cpu-ns/op")
+	if got := c.Stats().Delivered; got != int64(b.N) {
+		b.Fatalf("delivered %d of %d", got, b.N)
+	}
+}
+
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
