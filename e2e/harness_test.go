@@ -408,12 +408,7 @@ func runCLI(t testing.TB, in input, o runOptions) *cliRun {
 	}
 	run.end = time.Now()
 	run.stdout, run.stderr = stdout.String(), stderr.String()
-	var exitErr *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &exitErr):
-		run.exitCode = exitErr.ExitCode()
-	default:
+	if run.exitCode, err = exitCode(err); err != nil {
 		t.Fatalf("run e2e-cli: %v\nstderr:\n%s", err, tail(run.stderr))
 	}
 	if ctx.Err() != nil {
@@ -1286,4 +1281,18 @@ func retry(t *testing.T, f func(t testing.TB)) {
 		}
 		t.Logf("timing flake on attempt %d of %d (retrying):\n\t%s", i, attempts, strings.Join(s.msgs, "\n\t"))
 	}
+}
+
+// exitCode interprets the error of a finished command: the exit status of a
+// command that ran (0 for nil), or the error when it could not run or be
+// waited for.
+func exitCode(err error) (int, error) {
+	var exitErr *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, nil
+	case errors.As(err, &exitErr):
+		return exitErr.ExitCode(), nil
+	}
+	return 0, err
 }

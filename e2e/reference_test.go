@@ -111,8 +111,7 @@ func runNode(t testing.TB, node, script string, in input) (nodeOutput, string) {
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.WaitDelay = 2 * time.Second
 	err = cmd.Run()
-	var exitErr *exec.ExitError
-	if err != nil && !errors.As(err, &exitErr) {
+	if _, err := exitCode(err); err != nil {
 		t.Fatalf("node ref-client: %v\n%s", err, stderr.String())
 	}
 	var out nodeOutput
@@ -401,12 +400,7 @@ func runCLIPlain(in input) *plainRun {
 	err = cmd.Run()
 	p.end = time.Now()
 	p.stdout, p.stderr = stdout.String(), stderr.String()
-	var exitErr *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &exitErr):
-		p.exitCode = exitErr.ExitCode()
-	default:
+	if p.exitCode, err = exitCode(err); err != nil {
 		p.err = err
 		return p
 	}
