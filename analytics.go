@@ -2,7 +2,6 @@ package analytics
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -42,38 +41,34 @@ var _ Tracker = (*Client)(nil)
 // included (see Message), so the caller may reuse or change it after the
 // call.
 //
+// Events flow one way: the queue (queue.go) → a consumer (consumer.go),
+// which sends one attempt (request.go) → the verdict settles the batch
+// (settle.go) or puts it in the waiting room (ratelimit.go) until it may be
+// sent again; a waiting batch holds no consumer.
+//
 // # Callbacks
 //
 // OnSuccess and OnError (see WithOnSuccess, WithOnError) run on the client's
-// consumer goroutines, or on the goroutine that called Close for events
-// handed back at shutdown. Calls for one batch happen after its last
-// attempt; calls for different batches may run concurrently when Consumers
-// > 1 and are ordered only per consumer. A callback must return quickly: the
-// consumer does no other work while it runs. A panicking callback is
-// recovered and logged; the consumer keeps running. The messages passed to
-// callbacks are copies (see Message).
+// consumer goroutines, or during Close for events handed back at shutdown.
+// Calls for one batch happen after its last attempt; calls for different
+// batches may run concurrently when Consumers > 1. A callback must return
+// quickly: the consumer does no other work while it runs. A panicking
+// callback is recovered and logged; the consumer keeps running. The
+// messages passed to callbacks are copies (see Message).
 type Client struct {
-	cfg  Config
-	log  *zap.Logger
-	q    *queue
-	gate *rateLimitGate
+	cfg          Config
+	log          *zap.Logger
+	q            *queue
+	room         *waitingRoom
+	settle       *settler
+	withMessages bool // a callback is registered: events carry a copy of their Message
 
-	onSuccess    func([]Message)
-	onError      func(error, []Message)
-	keepMessages bool // a callback is registered: events keep their Message
-
-	closed        atomic.Bool   // fast path for enqueue after Close
-	quit          chan struct{} // closed by Close once everything has a disposition
-	stop          context.Context
-	cancelStop    context.CancelFunc // interrupts waits and requests (Close deadline)
-	assembleToken chan struct{}
-	consumers     sync.WaitGroup
-	ownTransport  *http.Transport // the transport New made, closed by Close; nil for WithHTTPClient
-
-	stats     counters
-	dropMu    sync.Mutex
-	dropsSeen int64     // drops already reported
-	dropLast  time.Time // last aggregated drop warning
+	closed       atomic.Bool        // fast path for enqueue after Close
+	quit         chan struct{}      // closed by Close once consumers are no longer needed
+	stop         context.Context    // cancelled when Close's deadline interrupts delivery
+	cancelStop   context.CancelFunc // interrupts waits and requests
+	consumers    sync.WaitGroup
+	ownTransport *http.Transport // the transport New made, closed by Close; nil for WithHTTPClient
 }
 
 // New returns a started Client that sends to writeKey's source. Invalid
@@ -84,27 +79,44 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	places := newCapacity(s.QueueCapacity)
+	q := newQueue(places, s.FlushAt, batchEventBytes, s.FlushInterval)
 	c := &Client{
-		cfg:           s.Config,
-		log:           s.logger,
-		q:             newQueue(s.QueueCapacity, s.FlushAt),
-		gate:          &rateLimitGate{limit: s.MaxRateLimitDuration},
-		onSuccess:     s.onSuccess,
-		onError:       s.onError,
-		keepMessages:  s.onSuccess != nil || s.onError != nil,
-		quit:          make(chan struct{}),
-		assembleToken: make(chan struct{}, 1),
+		cfg:  s.Config,
+		log:  s.logger,
+		q:    q,
+		room: newWaitingRoom(s.MaxRateLimitDuration, places),
+		settle: &settler{
+			log:       s.logger,
+			onSuccess: s.onSuccess,
+			onError:   s.onError,
+			ledger:    q,
+			capacity:  s.QueueCapacity,
+		},
+		withMessages: s.onSuccess != nil || s.onError != nil,
+		quit:         make(chan struct{}),
 	}
 	c.stop, c.cancelStop = context.WithCancel(context.Background())
-	c.assembleToken <- struct{}{}
 	httpClient := newHTTPClient(&s)
 	if !s.CustomHTTPClient {
 		c.ownTransport, _ = httpClient.Transport.(*http.Transport)
 	}
+	policy := retryPolicy{
+		maxRetries:      s.MaxRetries,
+		maxBackoffTotal: s.MaxTotalBackoffDuration,
+		backoff:         s.Backoff,
+		httpTimeout:     s.HTTPTimeout,
+	}
 	c.consumers.Add(s.Consumers)
 	for i := 0; i < s.Consumers; i++ {
-		w := &consumer{c: c, sender: newSender(&s, httpClient)}
-		go w.run()
+		w := &consumer{
+			q: c.q, room: c.room, sender: newSender(&s, httpClient), settle: c.settle,
+			policy: policy, log: c.log, stop: c.stop, quit: c.quit,
+		}
+		go func() {
+			defer c.consumers.Done()
+			w.run()
+		}()
 	}
 	c.log.Debug("analytics client started", zap.Stringer("config", c.cfg))
 	return c, nil
@@ -149,116 +161,19 @@ func (c *Client) EnqueueContext(ctx context.Context, m Message) error {
 	return c.dispatch(ctx, true, m)
 }
 
-// dispatch validates, stamps and enqueues m; with wait it waits for room.
-// It calls prepare on the concrete type, so m (and its maps) does not
-// escape: a message built in the call stays on the caller's stack.
-func (c *Client) dispatch(ctx context.Context, wait bool, m Message) error {
-	sc := getScratch()
-	keep := c.keepMessages
-	var kept Message
-	var err error
-	ok := true
-	switch v := m.(type) {
-	case Track:
-		kept, err = v.prepare(sc, keep)
-	case Identify:
-		kept, err = v.prepare(sc, keep)
-	case Group:
-		kept, err = v.prepare(sc, keep)
-	case Page:
-		kept, err = v.prepare(sc, keep)
-	case Screen:
-		kept, err = v.prepare(sc, keep)
-	case Alias:
-		kept, err = v.prepare(sc, keep)
-	case *Track:
-		if ok = v != nil; ok {
-			kept, err = v.prepare(sc, keep)
-		}
-	case *Identify:
-		if ok = v != nil; ok {
-			kept, err = v.prepare(sc, keep)
-		}
-	case *Group:
-		if ok = v != nil; ok {
-			kept, err = v.prepare(sc, keep)
-		}
-	case *Page:
-		if ok = v != nil; ok {
-			kept, err = v.prepare(sc, keep)
-		}
-	case *Screen:
-		if ok = v != nil; ok {
-			kept, err = v.prepare(sc, keep)
-		}
-	case *Alias:
-		if ok = v != nil; ok {
-			kept, err = v.prepare(sc, keep)
-		}
-	default:
-		ok = false
-	}
-	if !ok {
-		err = &MessageError{Type: "unknown", Field: "Message", Reason: "must be a non-nil Track, Identify, Group, Page, Screen or Alias"}
-	}
-	return c.accept(ctx, wait, sc, kept, err)
-}
-
-// accept ends an enqueue call (R2, R43, R45): prepare has encoded the event
-// into sc's encoder (or failed with err), and kept is the message for
-// callbacks (nil without callbacks). The JSON is copied into a slab and
-// the event queued; without wait it never blocks, with wait it waits for
-// room until ctx ends.
-func (c *Client) accept(ctx context.Context, wait bool, sc *scratch, kept Message, err error) error {
-	e := &sc.enc
-	if err == nil && c.closed.Load() {
-		err = ErrClosed
-	}
-	if err == nil && len(e.buf) > MaxEventBytes {
-		err = fmt.Errorf("%w: %d bytes of JSON, limit %d", ErrEventTooLarge, len(e.buf), MaxEventBytes)
-	}
-	var ev event
-	if err == nil {
-		ev.data, ev.slab = sc.keep(e.buf)
-	}
-	putScratch(sc)
-	if err != nil {
-		return err
-	}
-	ev.msg = kept
-	if wait {
-		err = c.q.pushWait(ctx, ev)
-	} else {
-		err = c.q.push(ev)
-	}
-	if err != nil {
-		releaseEvents([]event{ev}) // not accepted: the queue holds no copy
-		if errors.Is(err, ErrQueueFull) {
-			c.stats.dropped.Add(1)
-		}
-	}
-	return err
-}
-
-// stamp fills the fields the SDK owns, never overwriting the caller's (R2).
-// An empty id is filled only withID (callbacks will read it); otherwise the
-// encoder writes a fresh id straight into the JSON, and no string is made.
-func stamp(id *string, ts *time.Time, s *scratch, withID bool) {
-	if *id == "" && withID {
-		*id = s.messageID()
-	}
-	if ts.IsZero() {
-		*ts = time.Now().UTC()
-	}
-}
-
 // Flush closes the open batch and waits until every event accepted before
 // the call has its disposition (delivered, failed or handed back), including
-// events that wait for a retry or a rate-limit deadline. It returns nil then,
-// or an error wrapping ctx.Err() when ctx ends first; nothing is handed back
-// in that case and delivery goes on. Flush may be called any number of
-// times, concurrently. After Close it returns ErrClosed (R41).
+// events that wait in the waiting room for a retry or a rate-limit
+// deadline. It returns nil then, or an error wrapping ctx.Err() when ctx
+// ends first; nothing is handed back in that case and delivery goes on. A
+// nil ctx means context.Background(). Flush may be called any number of
+// times, concurrently; what it keeps while waiting is bounded by the number
+// of outstanding events, not by the number of calls. After Close it returns
+// ErrClosed (R41).
 func (c *Client) Flush(ctx context.Context) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
 	if c.closed.Load() {
 		return ErrClosed
 	}
@@ -274,26 +189,38 @@ func (c *Client) Flush(ctx context.Context) error {
 	}
 }
 
-// closeGrace bounds how long Close waits for consumers after its context
-// ended, so it returns within the deadline + 0.5 s (R39) even when a
-// callback is slow.
+// closeGrace bounds how long Close goes on after its context ended: it
+// returns within the deadline + 0.5 s (R39) whatever the callbacks do.
 const closeGrace = 400 * time.Millisecond
 
 // Close stops the client (R39). Later enqueue calls return ErrClosed. Close
-// uploads everything queued with the normal policy (backoff, Retry-After,
-// budgets) and returns nil once every accepted event has its disposition.
-// If ctx ends first, Close interrupts every wait, cancels requests in
-// flight, hands every event without a disposition back through OnError
-// with ErrShutdownInterrupted, and returns an error wrapping
-// ErrShutdownInterrupted that says how many events were handed back. It
-// returns no later than ctx's deadline plus 0.5 s. Delivery failures are
-// reported through OnError only. A second Close returns ErrClosed.
+// uploads everything queued or waiting with the normal policy (backoff,
+// Retry-After, budgets) and returns nil once every accepted event has its
+// disposition. If ctx ends first, Close interrupts every wait, cancels
+// requests in flight, hands every event without a disposition back through
+// OnError with ErrShutdownInterrupted, and returns an error wrapping
+// ErrShutdownInterrupted that says how many events were handed back.
+//
+// Close returns no later than ctx's deadline plus 0.5 s. If the hand-back
+// callbacks (or a callback a consumer is running) have not finished by
+// then, Close returns anyway and they finish on their own goroutines; the
+// count in its error includes those events. A nil ctx means
+// context.Background(). Delivery failures are reported through OnError
+// only. A second Close returns ErrClosed.
 func (c *Client) Close(ctx context.Context) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
 	if !c.q.close() {
 		return ErrClosed
 	}
 	c.closed.Store(true)
-	handedBefore := c.stats.handedBack.Load()
+	// Whatever happens below, consumers are stopped and nothing is left
+	// running that Close was meant to end.
+	quitOnce := sync.OnceFunc(func() { close(c.quit) })
+	defer quitOnce()
+	defer c.cancelStop()
+	handedBefore := c.settle.stats.handedBack.Load()
 
 	interrupted := false
 	if done := c.q.mark(); done != nil {
@@ -306,7 +233,7 @@ func (c *Client) Close(ctx context.Context) error {
 	if interrupted {
 		c.cancelStop() // interrupt waits and requests before consumers see quit
 	}
-	close(c.quit)
+	quitOnce()
 
 	exited := make(chan struct{})
 	go func() { c.consumers.Wait(); close(exited) }()
@@ -318,18 +245,47 @@ func (c *Client) Close(ctx context.Context) error {
 			c.cancelStop()
 		}
 	}
+	var grace <-chan time.Time
 	if interrupted {
-		c.waitGrace(exited)
+		t := time.NewTimer(closeGrace) // one grace for everything left below
+		defer t.Stop()
+		grace = t.C
+		select {
+		case <-exited:
+		case <-grace:
+			grace = closedTimeChan
+			c.log.Error("consumers did not stop within the shutdown grace period; a callback may be blocking")
+		}
 	}
-	c.cancelStop() // releases the context when nothing was interrupted
+	c.cancelStop()
 	if c.ownTransport != nil {
 		c.ownTransport.CloseIdleConnections() // no keep-alive goroutines outlive Close
 	}
-	if rest := c.q.drain(); len(rest) > 0 {
-		c.settle(rest, &DeliveryError{Reason: ErrShutdownInterrupted})
+	rest := c.q.drain()
+	for _, b := range c.room.close() {
+		rest = append(rest, b.events...)
+		b.events = b.events[:0]
+		recycle(b)
 	}
-	c.reportDrops()
-	n := c.stats.handedBack.Load() - handedBefore
+	n := c.settle.stats.handedBack.Load() - handedBefore + int64(len(rest))
+	if len(rest) > 0 {
+		err := &DeliveryError{Reason: ErrShutdownInterrupted}
+		settled := make(chan struct{})
+		go func() {
+			defer close(settled)
+			c.settle.events(rest, err)
+		}()
+		if grace == nil {
+			<-settled // not interrupted: no deadline to keep
+		} else {
+			select {
+			case <-settled:
+			case <-grace:
+				c.log.Error("hand-back callbacks still running when Close returned", zap.Int("events", len(rest)))
+			}
+		}
+	}
+	c.settle.reportDrops(true)
 	if n == 0 && !(interrupted && c.q.outstanding() > 0) {
 		return nil
 	}
@@ -339,12 +295,10 @@ func (c *Client) Close(ctx context.Context) error {
 	return fmt.Errorf("%w: %d event(s) handed back", ErrShutdownInterrupted, n)
 }
 
-func (c *Client) waitGrace(exited <-chan struct{}) {
-	t := time.NewTimer(closeGrace)
-	defer t.Stop()
-	select {
-	case <-exited:
-	case <-t.C:
-		c.log.Error("consumers did not stop within the shutdown grace period; a callback may be blocking")
-	}
-}
+// closedTimeChan is a channel that is always ready: the grace period has
+// already been used up.
+var closedTimeChan = func() <-chan time.Time {
+	ch := make(chan time.Time)
+	close(ch)
+	return ch
+}()

@@ -33,7 +33,8 @@ func (q *queue) discardQueued() {
 		if n == 0 {
 			return
 		}
-		q.settle(buf[:n])
+		q.settled(buf[:n])
+		q.places.release(n)
 		releaseEvents(buf[:n])
 	}
 }

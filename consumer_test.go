@@ -819,7 +819,10 @@ func TestQueueFull(t *testing.T) {
 	})
 }
 
-// S36, R32, R44, R47: a re-queue into a full queue loses nothing.
+// S36, R32, R44, R47: a batch returning to the waiting room of a full
+// client loses nothing. QueueCapacity counts the events of the open batch
+// too (R43), so the capacity is 2 here: e1 and e2 are one batch, and while
+// it is on the wire e3 and e4 fill the queue.
 func TestRequeueIntoFullQueue(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		api := newFakeAPI(func(n int, r seen) reply {
@@ -829,22 +832,23 @@ func TestRequeueIntoFullQueue(t *testing.T) {
 			return reply{status: 200}
 		})
 		cb := &callbacks{}
-		c := newTestClient(t, api, cb, WithQueueCapacity(1), WithFlushAt(2), WithConsumers(1))
+		c := newTestClient(t, api, cb, WithQueueCapacity(2), WithFlushAt(2), WithConsumers(1))
 		mustTrack(t, c, "e1")
 		mustTrack(t, c, "e2")
 		synctest.Wait()
 		require.Len(t, api.requests(), 1)
 		mustTrack(t, c, "e3")
-		assert.ErrorIs(t, c.Track(track("e4")), ErrQueueFull)
+		mustTrack(t, c, "e4")
+		assert.ErrorIs(t, c.Track(track("e5")), ErrQueueFull)
 		require.NoError(t, flush(t, c, 10*time.Second))
 		reqs := api.requests()
 		require.Len(t, reqs, 3)
 		assert.Equal(t, []string{"e1", "e2"}, reqs[1].ids)
 		assert.Equal(t, "1", reqs[1].retryCount())
 		assert.GreaterOrEqual(t, gap(reqs, 0), 2*time.Second)
-		assert.Equal(t, []string{"e3"}, reqs[2].ids)
+		assert.Equal(t, []string{"e3", "e4"}, reqs[2].ids)
 		assert.Empty(t, cb.errors())
-		assert.Equal(t, map[string]int{"e1": 1, "e2": 1, "e3": 1}, cb.dispositions())
+		assert.Equal(t, map[string]int{"e1": 1, "e2": 1, "e3": 1, "e4": 1}, cb.dispositions())
 		require.NoError(t, closeClient(t, c, time.Second))
 	})
 }

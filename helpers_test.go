@@ -274,7 +274,7 @@ func within(t testing.TB, what string, d, lo, hi time.Duration) {
 	}
 }
 
-// window is W_k of SPEC §6.3 for a counted retry (fake time is exact, so
+// window is W_k of docs/delivery.md (timing notation) for a counted retry (fake time is exact, so
 // no scheduling tolerance is needed beyond the jitter).
 func window(k int) (time.Duration, time.Duration) {
 	d := 500 * time.Millisecond << (k - 1)

@@ -1,188 +1,217 @@
 package analytics
 
 import (
-	"strconv"
-	"strings"
+	"container/heap"
 	"sync"
 	"time"
 )
 
-// retryAfterKind says what a Retry-After header amounts to (R19–R25).
-type retryAfterKind int
+// waitingRoom is where a batch waits to be sent again, and the rate-limit
+// state every consumer shares (R29, R31–R35, R55). A batch waits here for
+// its counted backoff or for a Retry-After deadline, ordered by the instant
+// it may be sent again, and holds no consumer meanwhile. The gate is the
+// deadline before which nobody sends anything; the episode is when rate
+// limiting began. They are kept apart: the deadline is cleared when it has
+// been served (R33), the episode when rate limiting stops (R34). One mutex
+// guards it all.
+type waitingRoom struct {
+	mu     sync.Mutex
+	limit  time.Duration // MaxRateLimitDuration
+	places *capacity     // waiting events count against QueueCapacity (R43)
 
-const (
-	retryAfterAbsent      retryAfterKind = iota // no header
-	retryAfterUsable                            // > 0 s: the rate-limited path
-	retryAfterNotPositive                       // 0, negative or a past date: counted path (R23)
-	retryAfterInvalid                           // unparseable: counted path and a warning (R25)
-)
+	deadline time.Time // the gate; zero: open. Monotonic (R36).
+	start    time.Time // episode start; zero: no episode. Monotonic.
+	waiting  dueOrder
+	seq      uint64 // arrival order, for ties of due instants
+	closed   bool   // Close has handed everything back: nothing may enter
 
-// httpDateLayouts are the HTTP-date forms accepted (R21). Zones are literal
-// GMT or UTC, or numeric: a zone abbreviation would be resolved through the
-// host's zone database and depend on TZ (R22).
-var httpDateLayouts = []string{
-	"Mon, 02 Jan 2006 15:04:05 GMT",   // IMF-fixdate
-	"Monday, 02-Jan-06 15:04:05 GMT",  // RFC 850
-	"Mon Jan _2 15:04:05 2006",        // asctime
-	"Mon, 02 Jan 2006 15:04:05 -0700", // RFC 1123, numeric zone (-0000 is UTC)
-	"Mon, 02 Jan 2006 15:04:05 UTC",   // RFC 1123 with UTC
-	"Mon, 2 Jan 2006 15:04:05 GMT",    // one-digit day, seen in the wild
-	"Mon, 2 Jan 2006 15:04:05 -0700",
+	ready chan struct{} // cap 1: a batch arrived, or more are due
 }
 
-// maxRetryAfterSeconds is MaxRetryAfter in integer seconds; values are capped
-// in seconds before they become a Duration (R20, R53).
-const maxRetryAfterSeconds = int64(MaxRetryAfter / time.Second)
-
-// parseRetryAfter parses one Retry-After value, once per response (R19). now
-// is the wall clock, used only for the HTTP-date form. The delay returned for
-// a usable value is in whole seconds, capped at MaxRetryAfter (R24), and is
-// the single value that both selects the path and sets the deadline.
-func parseRetryAfter(value string, now time.Time) (time.Duration, retryAfterKind) {
-	v := strings.Trim(value, " \t")
-	if v == "" {
-		return 0, retryAfterInvalid
-	}
-	if isDigits(v) {
-		return secondsToDelay(v)
-	}
-	if v[0] == '-' && isDigits(v[1:]) {
-		return 0, retryAfterNotPositive // R23: never reaches a timer
-	}
-	for _, layout := range httpDateLayouts {
-		t, err := time.Parse(layout, v)
-		if err != nil {
-			continue
-		}
-		d := t.Sub(now.Round(0)) // wall clock only (R21, R36)
-		if d <= 0 {
-			return 0, retryAfterNotPositive
-		}
-		if d >= MaxRetryAfter {
-			return MaxRetryAfter, retryAfterUsable
-		}
-		// Round up so the retry never lands before the stated instant (D27).
-		secs := (d + time.Second - 1) / time.Second
-		return secs * time.Second, retryAfterUsable
-	}
-	return 0, retryAfterInvalid
+func newWaitingRoom(limit time.Duration, places *capacity) *waitingRoom {
+	return &waitingRoom{limit: limit, places: places, ready: make(chan struct{}, 1)}
 }
 
-func isDigits(s string) bool {
-	if s == "" {
+// wait puts b in the room until due (counted backoff, R29; or back from the
+// gate, R32). It reports false when Close has already handed everything
+// back; the caller then hands b back itself.
+func (r *waitingRoom) wait(b *batch, due time.Time) bool {
+	r.mu.Lock()
+	ok := r.putLocked(b, due)
+	r.mu.Unlock()
+	if ok {
+		signal(r.ready)
+	}
+	return ok
+}
+
+func (r *waitingRoom) putLocked(b *batch, due time.Time) bool {
+	if r.closed {
 		return false
 	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
+	r.seq++
+	heap.Push(&r.waiting, waiter{b: b, due: due, seq: r.seq})
+	r.places.hold(len(b.events)) // never refused, but counted (R44)
 	return true
 }
 
-// secondsToDelay converts a digits-only value; anything too large for int64
-// saturates to the cap instead of overflowing (R20, R53, R54).
-func secondsToDelay(digits string) (time.Duration, retryAfterKind) {
-	n, err := strconv.ParseInt(digits, 10, 64)
-	if err != nil { // only ErrRange is possible for digits: saturate
-		n = maxRetryAfterSeconds
-	}
-	if n == 0 {
-		return 0, retryAfterNotPositive
-	}
-	if n > maxRetryAfterSeconds {
-		n = maxRetryAfterSeconds
-	}
-	return time.Duration(n) * time.Second, retryAfterUsable
-}
-
-// rateLimitGate is the rate-limit state shared by every consumer (R55): the
-// deadline before which nobody sends, and the episode, kept apart. The
-// deadline is cleared when it has been served (R33); the episode start when
-// rate limiting stops (R34). One mutex guards both.
-type rateLimitGate struct {
-	mu    sync.Mutex
-	limit time.Duration // MaxRateLimitDuration
-
-	deadline time.Time // zero: none. Monotonic.
-	start    time.Time // episode start; zero: no episode. Monotonic.
-	episode  uint64    // number of the latest episode opened
-	expired  uint64    // latest episode ended by MaxRateLimitDuration
-}
-
-// rateLimited records a usable Retry-After of d received at now (R31). It
-// returns the episode the batch is re-queued under, whether this response
-// opened it, and exceeded when the
-// episode has lasted MaxRateLimitDuration (R35): the episode and its
-// deadline are then cleared and every re-queued batch must fail.
-func (g *rateLimitGate) rateLimited(now time.Time, d time.Duration) (episode uint64, opened, exceeded bool) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.start.IsZero() {
-		g.episode++
-		g.start = now
+// rateLimited records a usable Retry-After of d that b received at now
+// (R31): the deadline becomes the later of itself and now + d, an episode
+// opens if none is open, and b waits for the deadline, intact (R32). When
+// the episode has lasted MaxRateLimitDuration (R35), the episode and its
+// deadline are cleared and b is returned in expired with every batch that
+// waits for a deadline, to fail together. ok is false when Close has
+// already handed everything back; the caller then hands b back.
+func (r *waitingRoom) rateLimited(now time.Time, d time.Duration, b *batch) (opened bool, expired []*batch, ok bool) {
+	r.mu.Lock()
+	if r.start.IsZero() {
+		r.start = now
 		opened = true
 	}
-	if now.Sub(g.start) >= g.limit {
-		g.expireLocked()
-		return g.episode, opened, true
+	if now.Sub(r.start) >= r.limit {
+		expired = append(r.expireLocked(), b)
+		r.mu.Unlock()
+		return opened, expired, true
 	}
-	if dl := now.Add(d); dl.After(g.deadline) {
-		g.deadline = dl
+	if dl := now.Add(d); dl.After(r.deadline) {
+		r.deadline = dl
 	}
-	return g.episode, opened, false
+	b.rateLimited = true
+	ok = r.putLocked(b, now.Add(d))
+	r.mu.Unlock()
+	if ok {
+		signal(r.ready)
+	}
+	return opened, nil, ok
 }
 
-func (g *rateLimitGate) expireLocked() {
-	g.expired = g.episode
-	g.start = time.Time{}
-	g.deadline = time.Time{}
+// expireLocked ends an episode that has lasted MaxRateLimitDuration (R35):
+// it clears the episode and its deadline and takes out every batch that
+// waits for a deadline. Batches waiting for their backoff stay.
+func (r *waitingRoom) expireLocked() []*batch {
+	r.start, r.deadline = time.Time{}, time.Time{}
+	var expired []*batch
+	kept := r.waiting[:0]
+	for _, w := range r.waiting {
+		if w.b.rateLimited {
+			expired = append(expired, w.b)
+			r.places.release(len(w.b.events))
+		} else {
+			kept = append(kept, w)
+		}
+	}
+	clear(r.waiting[len(kept):])
+	r.waiting = kept
+	heap.Init(&r.waiting)
+	return expired
 }
 
-// endEpisode records a response that was not retryable-with-usable-Retry-After:
-// the episode ends, but an unserved deadline stays, because that response
-// came from a request already in flight (R34 a, c).
-func (g *rateLimitGate) endEpisode() (ended bool) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	ended = !g.start.IsZero()
-	g.start = time.Time{}
+// endEpisode records a response that was not retryable-with-usable-
+// Retry-After: the episode ends, but an unserved deadline stays, because
+// that response came from a request already in flight (R34 a, c).
+func (r *waitingRoom) endEpisode() (ended bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ended = !r.start.IsZero()
+	r.start = time.Time{}
 	return ended
 }
 
-// gateDecision is what a consumer must do before sending a batch.
-type gateDecision struct {
-	wait        time.Duration // > 0: wait this long, then ask again
-	doomed      bool          // the batch is a re-queued one whose episode exceeded its limit
-	justExpired bool          // this call ended the episode: fail every re-queued batch
+// gate is the check every consumer makes before it sends anything (R32).
+// It returns how long the gate stays closed (0: open), never past the
+// episode's end (R35). A served deadline is cleared (R33). When the
+// episode has run out, expired holds the batches that waited for a
+// deadline, for the caller to fail.
+func (r *waitingRoom) gate(now time.Time) (wait time.Duration, expired []*batch) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.gateLocked(now)
 }
 
-// check is the gate (R32): every consumer calls it before every request.
-// A wait never runs past episode start + MaxRateLimitDuration (R35).
-func (g *rateLimitGate) check(now time.Time, b *batch) gateDecision {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	var d gateDecision
-	if !g.start.IsZero() && now.Sub(g.start) >= g.limit {
-		g.expireLocked()
-		d.justExpired = true
+func (r *waitingRoom) gateLocked(now time.Time) (wait time.Duration, expired []*batch) {
+	if !r.start.IsZero() && now.Sub(r.start) >= r.limit {
+		expired = r.expireLocked()
 	}
-	if b.episode != 0 && b.episode <= g.expired {
-		d.doomed = true
-		return d
+	if r.deadline.IsZero() {
+		return 0, expired
 	}
-	if g.deadline.IsZero() {
-		return d
+	if !now.Before(r.deadline) {
+		r.deadline = time.Time{} // served: it classifies nothing later (R33)
+		return 0, expired
 	}
-	if !now.Before(g.deadline) {
-		g.deadline = time.Time{} // served: it classifies nothing later (R33)
-		return d
+	wait = r.deadline.Sub(now)
+	if !r.start.IsZero() {
+		wait = min(wait, r.start.Add(r.limit).Sub(now))
 	}
-	d.wait = g.deadline.Sub(now)
-	if !g.start.IsZero() {
-		if left := g.start.Add(g.limit).Sub(now); left < d.wait {
-			d.wait = left
-		}
+	return wait, expired
+}
+
+// next passes the gate and takes the batch that has been due longest
+// (R47). With the gate closed it returns closed and how long it stays so;
+// otherwise, with nothing due, it returns how long until the next batch is
+// due, or -1 when none waits.
+func (r *waitingRoom) next(now time.Time) (b *batch, wait time.Duration, closed bool, expired []*batch) {
+	r.mu.Lock()
+	wait, expired = r.gateLocked(now)
+	if wait > 0 {
+		r.mu.Unlock()
+		return nil, wait, true, expired
 	}
-	return d
+	if len(r.waiting) == 0 {
+		r.mu.Unlock()
+		return nil, -1, false, expired
+	}
+	if first := r.waiting[0]; now.Before(first.due) {
+		r.mu.Unlock()
+		return nil, first.due.Sub(now), false, expired
+	}
+	b = heap.Pop(&r.waiting).(waiter).b
+	more := len(r.waiting) > 0
+	r.mu.Unlock()
+	r.places.release(len(b.events))
+	if more {
+		signal(r.ready) // another consumer takes or times the next one
+	}
+	return b, 0, false, expired
+}
+
+// close empties the room for the final hand-back at Close; later arrivals
+// are refused, so nothing can be left behind.
+func (r *waitingRoom) close() []*batch {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.closed = true
+	bs := make([]*batch, 0, len(r.waiting))
+	for _, w := range r.waiting {
+		bs = append(bs, w.b)
+	}
+	r.waiting = nil
+	return bs
+}
+
+// waiter is one batch in the room.
+type waiter struct {
+	b   *batch
+	due time.Time
+	seq uint64
+}
+
+// dueOrder is a min-heap of waiters by due instant, then arrival.
+type dueOrder []waiter
+
+func (h dueOrder) Len() int { return len(h) }
+func (h dueOrder) Less(i, j int) bool {
+	if !h[i].due.Equal(h[j].due) {
+		return h[i].due.Before(h[j].due)
+	}
+	return h[i].seq < h[j].seq
+}
+func (h dueOrder) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *dueOrder) Push(x any)   { *h = append(*h, x.(waiter)) }
+func (h *dueOrder) Pop() any {
+	old := *h
+	w := old[len(old)-1]
+	old[len(old)-1] = waiter{}
+	*h = old[:len(old)-1]
+	return w
 }

@@ -100,56 +100,81 @@ func TestParseOnceAcrossSecondBoundary(t *testing.T) {
 	require.Equal(t, outcomeRateLimited, v.outcome)
 	assert.Equal(t, time.Second, v.delay, "the path and the deadline use the same rounded-up value")
 
-	g := &rateLimitGate{limit: time.Hour}
+	r := newWaitingRoom(time.Hour, newCapacity(10))
 	mono := time.Now()
-	_, _, exceeded := g.rateLimited(mono, v.delay)
-	require.False(t, exceeded)
-	d := g.check(mono, &batch{})
-	assert.Equal(t, time.Second, d.wait, "episode open implies a deadline")
+	_, expired, ok := r.rateLimited(mono, v.delay, &batch{})
+	require.True(t, ok)
+	require.Empty(t, expired)
+	wait, _ := r.gate(mono)
+	assert.Equal(t, time.Second, wait, "episode open implies a deadline")
 }
 
-// R31, R33, R34, R35, R55: the gate keeps the episode apart from the deadline.
-func TestRateLimitGateEpisodeAndDeadline(t *testing.T) {
+// R31, R33, R34, R35, R55: the room keeps the episode apart from the
+// deadline, and an expired episode fails only the batches that wait for a
+// deadline, not those waiting for their backoff.
+func TestWaitingRoomEpisodeAndDeadline(t *testing.T) {
 	t0 := time.Now()
-	g := &rateLimitGate{limit: 10 * time.Second}
-	ep, _, exceeded := g.rateLimited(t0, 5*time.Second)
-	require.False(t, exceeded)
-	assert.Equal(t, uint64(1), ep)
+	places := newCapacity(100)
+	r := newWaitingRoom(10*time.Second, places)
+	one := func() *batch { return &batch{events: make([]event, 1)} }
+	opened, _, _ := r.rateLimited(t0, 5*time.Second, one())
+	assert.True(t, opened)
 	// A shorter Retry-After never shortens the deadline (max).
-	_, _, _ = g.rateLimited(t0.Add(time.Second), time.Second)
-	assert.Equal(t, 5*time.Second, g.check(t0, &batch{}).wait)
+	opened, _, _ = r.rateLimited(t0.Add(time.Second), time.Second, one())
+	assert.False(t, opened, "one episode")
+	wait, _ := r.gate(t0)
+	assert.Equal(t, 5*time.Second, wait)
+	assert.Equal(t, int64(2), places.held.Load(), "waiting events count against capacity")
+	// Nothing is taken while the gate is closed.
+	b, _, closed, _ := r.next(t0.Add(4 * time.Second))
+	assert.Nil(t, b)
+	assert.True(t, closed)
 	// A 2xx from an in-flight request ends the episode, not the deadline.
-	assert.True(t, g.endEpisode())
-	assert.Equal(t, 2*time.Second, g.check(t0.Add(3*time.Second), &batch{}).wait)
-	// Served: cleared; nothing waits afterwards.
-	assert.Zero(t, g.check(t0.Add(5*time.Second), &batch{}).wait)
-	assert.Zero(t, g.check(t0.Add(5*time.Second), &batch{}).wait)
-	assert.True(t, g.deadline.IsZero())
-	// A new episode has a new number and its own start.
-	ep2, _, _ := g.rateLimited(t0.Add(20*time.Second), time.Second)
-	assert.Equal(t, uint64(2), ep2)
+	assert.True(t, r.endEpisode())
+	wait, _ = r.gate(t0.Add(3 * time.Second))
+	assert.Equal(t, 2*time.Second, wait)
+	// Served: cleared; both batches are due, oldest due first.
+	b1, _, closed, _ := r.next(t0.Add(5 * time.Second))
+	require.NotNil(t, b1)
+	assert.False(t, closed)
+	b2, _, _, _ := r.next(t0.Add(5 * time.Second))
+	require.NotNil(t, b2)
+	assert.Zero(t, places.held.Load())
+	wait, _ = r.gate(t0.Add(5 * time.Second))
+	assert.Zero(t, wait)
+
+	// A new episode: a batch waits for a deadline, another for its backoff.
+	limited, backingOff := one(), one()
+	r.rateLimited(t0.Add(20*time.Second), time.Second, limited)
+	require.True(t, r.wait(backingOff, t0.Add(40*time.Second)))
 	// Waits never run past start + limit.
-	_, _, _ = g.rateLimited(t0.Add(28*time.Second), 300*time.Second)
-	assert.Equal(t, 2*time.Second, g.check(t0.Add(28*time.Second), &batch{}).wait)
-	// At start + limit the episode expires; batches re-queued under it are doomed.
-	d := g.check(t0.Add(30*time.Second), &batch{episode: ep2})
-	assert.True(t, d.justExpired)
-	assert.True(t, d.doomed)
-	assert.False(t, g.check(t0.Add(30*time.Second), &batch{}).doomed, "a fresh batch is sent")
-	assert.Zero(t, g.check(t0.Add(30*time.Second), &batch{}).wait)
-	// An old re-queued batch is doomed too.
-	assert.True(t, g.check(t0.Add(31*time.Second), &batch{episode: 1}).doomed)
+	r.rateLimited(t0.Add(28*time.Second), 300*time.Second, one())
+	wait, _ = r.gate(t0.Add(28 * time.Second))
+	assert.Equal(t, 2*time.Second, wait)
+	// At start + limit the episode expires: the deadline batches fail, the
+	// gate opens at once, the backoff batch waits on.
+	wait, expired := r.gate(t0.Add(30 * time.Second))
+	assert.Zero(t, wait)
+	assert.Len(t, expired, 2)
+	assert.NotContains(t, expired, backingOff)
+	_, due, closed, _ := r.next(t0.Add(30 * time.Second))
+	assert.False(t, closed)
+	assert.Equal(t, 10*time.Second, due, "the backoff batch is due at its own time")
+	// Close empties the room and refuses later arrivals.
+	assert.Equal(t, []*batch{backingOff}, r.close())
+	assert.False(t, r.wait(one(), t0))
 }
 
-// R36, U4: the gate uses monotonic readings. Stripping the monotonic clock
-// from "now" (what a wall-clock jump would break) is never needed: every
-// instant stored comes from time.Now and keeps its monotonic reading.
-func TestGateInstantsKeepMonotonicReading(t *testing.T) {
-	g := &rateLimitGate{limit: time.Hour}
-	now := time.Now()
-	_, _, _ = g.rateLimited(now, 5*time.Second)
-	assert.Contains(t, g.deadline.String(), "m=+", "deadline keeps the monotonic reading")
-	assert.Contains(t, g.start.String(), "m=+", "episode start keeps the monotonic reading")
+// MaxRateLimitDuration 0: a usable Retry-After fails the batch at once
+// (R35), with every batch that waits for a deadline.
+func TestWaitingRoomZeroLimit(t *testing.T) {
+	r := newWaitingRoom(0, newCapacity(10))
+	b := &batch{}
+	_, expired, ok := r.rateLimited(time.Now(), time.Second, b)
+	assert.True(t, ok)
+	assert.Equal(t, []*batch{b}, expired)
+	wait, _ := r.gate(time.Now())
+	assert.Zero(t, wait, "no deadline is left behind")
 }
 
 // The parser never panics, and a usable delay is whole seconds in (0, 300].

@@ -261,6 +261,26 @@ type verdict struct {
 	kind       ErrorKind      // for HTTP failures
 	delay      time.Duration  // for outcomeRateLimited: capped Retry-After
 	retryAfter retryAfterKind // how the header parsed, for logging (R51)
+	err        error          // *HTTPError or *TransportError, unless delivered
+}
+
+// classify decides the outcome of one attempt from what it got: a
+// response (err == nil) or a transport error. It is the one place where
+// outcomes are decided; the body never matters (R9–R16, R25). now is the
+// wall clock, for HTTP-dates only.
+func classify(r response, err error, now time.Time) verdict {
+	if err != nil {
+		te := &TransportError{Err: err, Retryable: classifyTransportError(err)}
+		if !te.Retryable {
+			return verdict{outcome: outcomeFailed, err: te} // R14: deterministic on the client
+		}
+		return verdict{outcome: outcomeRetry, err: te}
+	}
+	v := classifyResponse(r.status, r.retryAfter, r.hasRA, now)
+	if v.outcome != outcomeDelivered {
+		v.err = &HTTPError{StatusCode: r.status, Kind: v.kind, Message: r.text}
+	}
+	return v
 }
 
 // classifyResponse decides from the status and the Retry-After header alone;

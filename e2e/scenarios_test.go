@@ -1197,7 +1197,10 @@ func TestS35QueueFull(t *testing.T) {
 	})
 }
 
-// S36 — A full queue at re-queue time loses nothing (R32, R41, R44, R47).
+// S36 — A full client at re-queue time loses nothing (R32, R41, R44, R47).
+// QueueCapacity counts the events of the open batch too (R43), so the
+// capacity is 2: e1 and e2 form one batch, and while it is on the wire e3
+// and e4 fill the queue and e5 is refused.
 func TestS36RequeueIntoFullQueue(t *testing.T) {
 	t.Parallel()
 	retry(t, func(t testing.TB) {
@@ -1206,10 +1209,10 @@ func TestS36RequeueIntoFullQueue(t *testing.T) {
 			in: input{
 				Sequences: []sequence{
 					{Events: tracks("s36-1", "s36-2")},
-					// While request 1 is held: e3 fills the queue, e4 is refused.
-					{DelayMs: 300, Events: tracks("s36-3", "s36-4"), Flush: true},
+					// While request 1 is held: e3 and e4 fill the queue, e5 is refused.
+					{DelayMs: 300, Events: tracks("s36-3", "s36-4", "s36-5"), Flush: true},
 				},
-				Config: cfg("flushAt", 2, "consumers", 1, "queueCapacity", 1, "flushTimeoutMs", 10000),
+				Config: cfg("flushAt", 2, "consumers", 1, "queueCapacity", 2, "flushTimeoutMs", 10000),
 			},
 			respond: func(*faultserver.Request) faultserver.Response {
 				if first {
@@ -1239,10 +1242,10 @@ func TestS36RequeueIntoFullQueue(t *testing.T) {
 		if !r12[1].Arrived.Before(r3[0].Arrived) {
 			t.Error("R47: e3 was sent before the re-queued batch [e1 e2]")
 		}
-		for _, id := range []string{"s36-1", "s36-2", "s36-3"} {
+		for _, id := range []string{"s36-1", "s36-2", "s36-3", "s36-4"} {
 			expectOutcome(t, r, id, outDelivered, "", 200)
 		}
-		expectOutcome(t, r, "s36-4", outRejected, kindQueueFull, 0)
+		expectOutcome(t, r, "s36-5", outRejected, kindQueueFull, 0)
 		if len(r.out.Flushes) != 1 || r.out.Flushes[0].Error != "" {
 			t.Fatalf("flushes %+v, want one nil Flush", r.out.Flushes)
 		}

@@ -101,11 +101,11 @@ func putScratch(s *scratch) {
 	scratches.Put(s)
 }
 
-// keep returns a copy of p for an event, and the slab it was cut from (nil
+// copyToSlab returns a copy of p for an event, and the slab it was cut from (nil
 // for a large event, which gets its own allocation). The caller owns one
 // hold on the slab and must release it at the event's disposition, or at
 // once if the event is not accepted.
-func (s *scratch) keep(p []byte) ([]byte, *slab) {
+func (s *scratch) copyToSlab(p []byte) ([]byte, *slab) {
 	if len(p) > slabSize/4 {
 		return append([]byte(nil), p...), nil
 	}

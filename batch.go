@@ -1,0 +1,52 @@
+package analytics
+
+import (
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+)
+
+// event is one accepted message with its JSON, encoded once at enqueue.
+type event struct {
+	msg   Message // the copy callbacks receive; nil without callbacks
+	data  []byte
+	slab  *slab  // where data lives, released at the disposition; nil if data is its own
+	epoch uint64 // ledger epoch at acceptance (see ledger)
+}
+
+// batch is the unit of upload. Its events are fixed when it is taken from
+// the queue and travel intact through every retry and every stay in the
+// waiting room (R3).
+type batch struct {
+	events []event
+	bytes  int // encoded events plus separators (R45)
+
+	attempts     int                         // attempts made; X-Retry-Count of the next one (R7)
+	retries      int                         // counted retries scheduled (R27)
+	retryPending bool                        // the next attempt is a counted retry (counted in Stats when sent)
+	rateLimited  bool                        // waits for a Retry-After deadline, not for its backoff (R35)
+	backoff      *backoff.ExponentialBackOff // created at the first counted failure (R26)
+	firstFailure time.Time                   // first counted failure, monotonic (R28)
+	lastErr      error                       // last *HTTPError or *TransportError
+	lastStatus   int                         // last HTTP status received, 0 if none
+}
+
+// batches keeps ended batches for reuse: a batch's event slice (FlushAt
+// entries) would otherwise be allocated again for every batch.
+var batches sync.Pool
+
+func newBatch(capacity int) *batch {
+	if b, ok := batches.Get().(*batch); ok && cap(b.events) >= capacity {
+		return b
+	}
+	return &batch{events: make([]event, 0, capacity)}
+}
+
+// recycle returns an ended batch (every event has its disposition) to the
+// pool.
+func recycle(b *batch) {
+	clear(b.events) // drop the messages for the collector
+	*b = batch{events: b.events[:0]}
+	batches.Put(b)
+}

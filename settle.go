@@ -1,0 +1,168 @@
+package analytics
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// settler gives every accepted event its one disposition (R42): delivered,
+// failed or handed back. It runs the callback first and discharges the
+// ledger after it, so a Flush that returns has seen the callbacks of its
+// events; then the events' slab holds are released. It also keeps the
+// client's counters. Safe for concurrent use.
+type settler struct {
+	log       *zap.Logger
+	onSuccess func([]Message)
+	onError   func(error, []Message)
+	ledger    *queue // discharged once per event
+	capacity  int    // QueueCapacity, for the drop warning
+
+	stats counters
+
+	dropMu    sync.Mutex
+	dropsSeen int64     // drops already reported
+	dropLast  time.Time // last aggregated drop warning
+}
+
+// delivered, failed and handBack end a batch: the caller must not use b
+// after.
+
+func (s *settler) delivered(b *batch) {
+	s.stats.batches.Add(1)
+	s.events(b.events, nil)
+	recycle(b)
+}
+
+func (s *settler) failed(b *batch, err error) {
+	s.events(b.events, err)
+	recycle(b)
+}
+
+// handBack returns a batch at shutdown (R38): waiting, assembled, or
+// cancelled in flight (then cause is the cancellation, R40).
+func (s *settler) handBack(b *batch, cause error) {
+	last := b.lastErr
+	if cause != nil {
+		last = cause
+	}
+	s.events(b.events, &DeliveryError{Reason: ErrShutdownInterrupted, Last: last, Attempts: b.attempts})
+	recycle(b)
+}
+
+// rateLimitExceeded fails batches whose rate-limit episode ran out (R35).
+func (s *settler) rateLimitExceeded(bs []*batch) {
+	if len(bs) == 0 {
+		return
+	}
+	s.log.Debug("rate-limit episode exceeded MaxRateLimitDuration")
+	for _, b := range bs {
+		s.failed(b, &DeliveryError{Reason: ErrRateLimitDurationExceeded, Last: b.lastErr, Attempts: b.attempts})
+	}
+}
+
+// events settles evs with err (nil: delivered). Counters move before the
+// callback runs, so Close can count hand-backs whose callbacks are slow.
+func (s *settler) events(evs []event, err error) {
+	n := int64(len(evs))
+	switch {
+	case err == nil:
+		s.stats.delivered.Add(n)
+		if s.onSuccess != nil {
+			s.callback(func() { s.onSuccess(messages(evs)) })
+		}
+	default:
+		if errors.Is(err, ErrShutdownInterrupted) {
+			s.stats.handedBack.Add(n)
+			s.log.Error("events handed back at shutdown", zap.Int64("events", n), zap.Error(err))
+		} else {
+			s.stats.failed.Add(n)
+			s.log.Error("events not delivered", zap.Int64("events", n), zap.Error(err))
+		}
+		if s.onError != nil {
+			s.callback(func() { s.onError(err, messages(evs)) })
+		}
+	}
+	s.ledger.settled(evs)
+	releaseEvents(evs)
+}
+
+// callback runs a user callback; a panic is logged, not propagated, so a
+// consumer survives it.
+func (s *settler) callback(f func()) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("analytics callback panicked", zap.Any("panic", r))
+		}
+	}()
+	f()
+}
+
+func messages(evs []event) []Message {
+	msgs := make([]Message, len(evs))
+	for i := range evs {
+		msgs[i] = evs[i].msg
+	}
+	return msgs
+}
+
+// dropReportInterval is the minimum time between two aggregated warnings
+// about events rejected with ErrQueueFull.
+const dropReportInterval = 10 * time.Second
+
+// reportDrops logs one warning for the drops since the last one, at most
+// once per dropReportInterval unless final; it runs on consumers and in
+// Close, never on the caller's goroutine.
+func (s *settler) reportDrops(final bool) {
+	total := s.stats.dropped.Load()
+	s.dropMu.Lock()
+	defer s.dropMu.Unlock()
+	if total == s.dropsSeen || (!final && !s.dropLast.IsZero() && time.Since(s.dropLast) < dropReportInterval) {
+		return
+	}
+	s.log.Warn("events rejected because the queue was full",
+		zap.Int64("events", total-s.dropsSeen), zap.Int("queueCapacity", s.capacity))
+	s.dropsSeen, s.dropLast = total, time.Now()
+}
+
+// Stats are cumulative counters of a Client, in events unless named
+// otherwise. Read them with Client.Stats; safe for concurrent use.
+type Stats struct {
+	Delivered      int64 // events answered 2xx
+	Failed         int64 // events reported to OnError as failed
+	HandedBack     int64 // events handed back at shutdown (ErrShutdownInterrupted)
+	Dropped        int64 // enqueue calls rejected with ErrQueueFull
+	Pending        int64 // accepted events without a disposition yet
+	Batches        int64 // batches delivered
+	Requests       int64 // HTTP attempts made
+	Retries        int64 // counted retries sent (a retry cut off by Close is not counted)
+	RateLimited    int64 // responses with a usable Retry-After
+	RateLimitWaits int64 // waits of a consumer at the closed rate-limit gate
+}
+
+type counters struct {
+	delivered, failed, handedBack, dropped atomic.Int64
+	batches, requests, retries             atomic.Int64
+	rateLimited, rateLimitWaits            atomic.Int64
+}
+
+// Stats returns a snapshot of the client's counters. Safe for concurrent
+// use; the counters are read one by one, not as one atomic snapshot.
+func (c *Client) Stats() Stats {
+	s := &c.settle.stats
+	return Stats{
+		Delivered:      s.delivered.Load(),
+		Failed:         s.failed.Load(),
+		HandedBack:     s.handedBack.Load(),
+		Dropped:        s.dropped.Load(),
+		Pending:        int64(c.q.outstanding()),
+		Batches:        s.batches.Load(),
+		Requests:       s.requests.Load(),
+		Retries:        s.retries.Load(),
+		RateLimited:    s.rateLimited.Load(),
+		RateLimitWaits: s.rateLimitWaits.Load(),
+	}
+}
