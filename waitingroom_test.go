@@ -2,6 +2,7 @@ package analytics
 
 import (
 	"context"
+	"net/http"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 )
 
 // The waiting room, seen from outside: what the server receives and when,
@@ -211,34 +213,36 @@ func TestEnqueueContextWaitsForWaitingBatches(t *testing.T) {
 	})
 }
 
-// R32: when the gate closes between taking a batch and sending it, the
-// batch goes back to the waiting room without an attempt: no request is
-// made before the deadline and no retry is counted.
+// R32: when the gate closed between taking a batch and sending it, the
+// batch goes back to the waiting room without an attempt: nothing reaches
+// the server before the deadline, and the batch is sent after it.
 func TestGateClosedAfterTakeSendsNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		api := newFakeAPI(func(n int, r seen) reply {
-			if n == 0 {
-				return reply{status: 429, header: map[string]string{"Retry-After": "2"}, hold: 100 * time.Millisecond}
-			}
-			return reply{status: 200}
-		})
-		cb := &callbacks{}
-		c := newTestClient(t, api, cb, WithFlushAt(1), WithConsumers(4))
-		for _, id := range []string{"e1", "e2", "e3", "e4", "e5", "e6"} {
-			mustTrack(t, c, id)
+		api := newFakeAPI(nil)
+		s, err := resolve("wk", []Option{WithEndpoint("http://api.test"), WithHTTPClient(&http.Client{Transport: api})})
+		require.NoError(t, err)
+		places := newCapacity(10)
+		q := newQueue(places, 1, batchEventBytes, time.Second)
+		room := newWaitingRoom(time.Hour, places)
+		w := &consumer{
+			q: q, room: room, sender: newSender(&s, newHTTPClient(&s)),
+			settle: &settler{log: zap.NewNop(), ledger: q},
+			policy: retryPolicy{maxRetries: 1, maxBackoffTotal: time.Hour, backoff: DefaultBackoffPolicy(), httpTimeout: time.Second},
+			log:    zap.NewNop(), stop: context.Background(),
 		}
-		require.NoError(t, flush(t, c, time.Minute))
-		reqs := api.requests()
-		deadline := reqs[0].done.Add(2 * time.Second)
-		late := 0
-		for _, r := range reqs[1:] {
-			if r.at.Before(deadline) && r.at.After(reqs[0].done) {
-				late++
-			}
-		}
-		assert.Zero(t, late, "no request started after the 429 and before its deadline")
-		assert.Len(t, cb.delivered(), 6)
-		assert.Zero(t, c.Stats().Retries, "a rate-limited retry is not a counted one")
-		require.NoError(t, closeClient(t, c, time.Second))
+		// Another consumer's 429 closed the gate for 2 s.
+		_, _, ok := room.rateLimited(time.Now(), 2*time.Second, &batch{events: []event{{data: []byte(`{"messageId":"other"}`)}}})
+		require.True(t, ok)
+		require.NoError(t, q.push(event{data: []byte(`{"messageId":"mine"}`)}))
+		b, _ := q.take(time.Now())
+		require.NotNil(t, b)
+		w.attempt(b)
+		assert.Empty(t, api.requests(), "nothing is sent through a closed gate")
+		time.Sleep(2 * time.Second)
+		got, _, closed, _ := room.next(time.Now())
+		assert.False(t, closed)
+		require.NotNil(t, got)
+		assert.Equal(t, 0, got.attempts, "no attempt was counted")
+		assert.False(t, got.retryPending)
 	})
 }
