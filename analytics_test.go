@@ -21,74 +21,6 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 )
 
-// R46: a batch closes at FlushAt events.
-func TestBatchByCount(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		api := newFakeAPI(nil)
-		cb := &callbacks{}
-		c := newTestClient(t, api, cb, WithFlushAt(3), WithFlushInterval(time.Hour), WithConsumers(1))
-		for i := 0; i < 7; i++ {
-			mustTrack(t, c, fmt.Sprintf("e%d", i))
-		}
-		synctest.Wait()
-		reqs := api.requests()
-		require.Len(t, reqs, 2, "two full batches go at once; the 7th event waits")
-		assert.Equal(t, []string{"e0", "e1", "e2"}, reqs[0].ids)
-		assert.Equal(t, []string{"e3", "e4", "e5"}, reqs[1].ids)
-		require.NoError(t, closeClient(t, c, time.Second))
-		assert.Len(t, api.requests(), 3)
-		assert.Len(t, cb.delivered(), 7)
-	})
-}
-
-// R46: a batch closes FlushInterval after its first event.
-func TestBatchByInterval(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		api := newFakeAPI(nil)
-		cb := &callbacks{}
-		c := newTestClient(t, api, cb, WithFlushAt(100), WithFlushInterval(2*time.Second))
-		start := time.Now()
-		mustTrack(t, c, "e1")
-		time.Sleep(time.Second)
-		mustTrack(t, c, "e2")
-		time.Sleep(3 * time.Second)
-		reqs := api.requests()
-		require.Len(t, reqs, 1)
-		assert.Equal(t, 2*time.Second, reqs[0].at.Sub(start))
-		assert.Equal(t, []string{"e1", "e2"}, reqs[0].ids)
-		require.NoError(t, closeClient(t, c, time.Second))
-	})
-}
-
-// S41, R45: bodies never pass 500 000 bytes; events over 32 KiB are rejected.
-func TestBatchBySize(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		api := newFakeAPI(nil)
-		cb := &callbacks{}
-		c := newTestClient(t, api, cb, WithFlushAt(1000), WithConsumers(1))
-		big := strings.Repeat("x", 2000)
-		for i := 0; i < 600; i++ {
-			require.NoError(t, c.Track(Track{UserID: "u", Event: "e", Properties: Properties{"pad": big}}))
-		}
-		err := c.Track(Track{UserID: "u", Event: "e", Properties: Properties{"pad": strings.Repeat("y", 33*1024)}})
-		assert.ErrorIs(t, err, ErrEventTooLarge)
-		require.NoError(t, closeClient(t, c, time.Minute))
-		total := map[string]int{}
-		for _, r := range api.requests() {
-			assert.LessOrEqual(t, len(r.body), MaxBatchBytes)
-			for _, id := range r.ids {
-				total[id]++
-			}
-		}
-		assert.Len(t, total, 600)
-		for id, n := range total {
-			assert.Equal(t, 1, n, id)
-		}
-		assert.GreaterOrEqual(t, len(api.requests()), 3)
-		assert.Len(t, cb.delivered(), 600)
-	})
-}
-
 // R2: stamping fills only what the caller left empty; golden wire format.
 func TestStampingAndWireFormat(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -216,42 +148,6 @@ func TestEncodedAtEnqueue(t *testing.T) {
 	})
 }
 
-// R41: Flush waits for exactly the events accepted before it, and is reusable.
-func TestFlushOrderingAndReuse(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		api := newFakeAPI(func(n int, r seen) reply {
-			if r.ids[0] == "slow" {
-				return reply{status: 200, hold: 10 * time.Second}
-			}
-			return reply{status: 200}
-		})
-		cb := &callbacks{}
-		c := newTestClient(t, api, cb, WithFlushAt(1), WithConsumers(2), WithFlushInterval(time.Hour))
-		mustTrack(t, c, "a")
-		require.NoError(t, flush(t, c, time.Second))
-		assert.Equal(t, []string{"a"}, cb.delivered())
-
-		mustTrack(t, c, "slow")
-		synctest.Wait()
-		// A Flush that times out hands nothing back; delivery goes on.
-		err := flush(t, c, time.Second)
-		assert.ErrorIs(t, err, context.DeadlineExceeded)
-		assert.Empty(t, cb.errors())
-		start := time.Now()
-		require.NoError(t, flush(t, c, time.Minute))
-		assert.Equal(t, 9*time.Second, time.Since(start))
-		assert.Equal(t, []string{"a", "slow"}, cb.delivered())
-		// Nothing outstanding: Flush returns at once, as often as called.
-		for i := 0; i < 3; i++ {
-			start = time.Now()
-			require.NoError(t, flush(t, c, time.Second))
-			assert.Zero(t, time.Since(start))
-		}
-		require.NoError(t, closeClient(t, c, time.Second))
-		assert.ErrorIs(t, flush(t, c, time.Second), ErrClosed)
-	})
-}
-
 // R42, INV1: exactly one disposition per accepted event under concurrent
 // enqueue from many goroutines, on a real socket with failures mixed in.
 func TestExactlyOneDispositionConcurrentSafe(t *testing.T) {
@@ -372,47 +268,6 @@ func TestErrorIdentities(t *testing.T) {
 	assert.Equal(t, "transport error: refused", te.Error())
 }
 
-// Blocking mode: EnqueueContext waits for room while the consumer is stalled,
-// gives up with ErrQueueFull and ctx's error, and wakes on Close.
-func TestEnqueueContextBlocksForRoom(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		api := newFakeAPI(sequence(reply{status: 200, hold: 5 * time.Second}, reply{status: 200}))
-		cb := &callbacks{}
-		c := newTestClient(t, api, cb, WithQueueCapacity(1), WithConsumers(1), WithFlushAt(1))
-		mustTrack(t, c, "e1")
-		synctest.Wait() // the only consumer is stalled on e1
-		mustTrack(t, c, "e2")
-		assert.ErrorIs(t, c.Track(track("nb")), ErrQueueFull, "the default call never waits")
-
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := c.EnqueueContext(ctx, track("timeout"))
-		cancel()
-		assert.ErrorIs(t, err, ErrQueueFull)
-		assert.ErrorIs(t, err, context.DeadlineExceeded)
-
-		start := time.Now()
-		require.NoError(t, c.EnqueueContext(context.Background(), &Track{MessageID: "e3", UserID: "u", Event: "e"}))
-		assert.Equal(t, 4*time.Second, time.Since(start), "room appeared when the consumer took e2")
-		require.NoError(t, flush(t, c, time.Minute))
-		assert.Equal(t, []string{"e1", "e2", "e3"}, cb.delivered())
-
-		// A waiter is released by Close with ErrClosed.
-		api2 := newFakeAPI(sequence(reply{status: 200, hold: time.Hour}))
-		c2 := newTestClient(t, api2, nil, WithQueueCapacity(1), WithConsumers(1), WithFlushAt(1))
-		mustTrack(t, c2, "x1")
-		synctest.Wait()
-		mustTrack(t, c2, "x2")
-		done := make(chan error)
-		go func() { done <- c2.EnqueueContext(context.Background(), track("x3")) }()
-		synctest.Wait()
-		closed := make(chan error)
-		go func() { closed <- closeClient(t, c2, time.Second) }()
-		assert.ErrorIs(t, <-done, ErrClosed)
-		assert.ErrorIs(t, <-closed, ErrShutdownInterrupted)
-		require.NoError(t, closeClient(t, c, time.Second))
-	})
-}
-
 // Message ids are version-4 UUIDs and do not repeat, across id blocks too.
 func TestNewMessageID(t *testing.T) {
 	re := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
@@ -522,5 +377,128 @@ func TestCallbacksGetCopiesOfWhatWasSent(t *testing.T) {
 		require.True(t, ok, "%T", got[1])
 		assert.Equal(t, Page{MessageID: reqs[0].ids[1], AnonymousID: "a1", Name: "Home", Category: "Docs",
 			Timestamp: time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)}, pg)
+	})
+}
+
+// S31, S32, R37, R38, R39: Close during either kind of wait hands back.
+func TestCloseDuringWaitsHandsBack(t *testing.T) {
+	cases := map[string]struct {
+		first   reply
+		timeout time.Duration
+	}{
+		"counted backoff": {reply{status: 503}, 300 * time.Millisecond},
+		"Retry-After 300": {ra(429, "300"), time.Second},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				api := newFakeAPI(sequence(tc.first))
+				cb := &callbacks{}
+				c := newTestClient(t, api, cb, WithMaxRetries(10), WithFlushAt(2))
+				mustTrack(t, c, "m1")
+				mustTrack(t, c, "m2")
+				synctest.Wait() // the batch waits after its first response
+				require.Len(t, api.requests(), 1)
+				start := time.Now()
+				err := closeClient(t, c, tc.timeout)
+				elapsed := time.Since(start)
+				assert.ErrorIs(t, err, ErrShutdownInterrupted)
+				assert.Contains(t, err.Error(), "2 event(s) handed back")
+				assert.LessOrEqual(t, elapsed, tc.timeout+500*time.Millisecond)
+				time.Sleep(time.Minute)
+				assert.Len(t, api.requests(), 1, "no request after Close")
+				assert.Equal(t, 2, cb.failedWith(ErrShutdownInterrupted))
+				assert.Len(t, cb.errors(), 1, "handed back once, never also failed")
+				assert.Equal(t, map[string]int{"m1": 1, "m2": 1}, cb.dispositions())
+				assert.Equal(t, int64(0), c.Stats().Failed)
+				// S34: Flush on the closed client returns at once.
+				assert.ErrorIs(t, flush(t, c, 2*time.Second), ErrClosed)
+			})
+		})
+	}
+}
+
+// S47, R40: Close cancels an in-flight request and hands the batch back.
+func TestCloseCancelsInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := newFakeAPI(sequence(reply{status: 200, hold: 10 * time.Second}))
+		cb := &callbacks{}
+		c := newTestClient(t, api, cb, WithHTTPTimeout(30*time.Second), WithFlushAt(1))
+		mustTrack(t, c, "m1")
+		time.Sleep(200 * time.Millisecond)
+		start := time.Now()
+		err := closeClient(t, c, time.Second)
+		assert.LessOrEqual(t, time.Since(start), 1500*time.Millisecond)
+		assert.ErrorIs(t, err, ErrShutdownInterrupted)
+		time.Sleep(time.Minute)
+		assert.Len(t, api.requests(), 1)
+		assert.Equal(t, 1, cb.failedWith(ErrShutdownInterrupted))
+		assert.Empty(t, cb.delivered())
+	})
+}
+
+// S46, R39: Track after Close, and a second Close.
+func TestEnqueueAfterCloseAndDoubleClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := newFakeAPI(nil)
+		c := newTestClient(t, api, nil)
+		start := time.Now()
+		require.NoError(t, closeClient(t, c, time.Second))
+		assert.Less(t, time.Since(start), 100*time.Millisecond)
+		assert.ErrorIs(t, c.Track(track("late")), ErrClosed)
+		assert.ErrorIs(t, closeClient(t, c, time.Second), ErrClosed)
+		time.Sleep(time.Minute)
+		assert.Empty(t, api.requests())
+	})
+}
+
+// S48, R39, R46: Close drains the open batch at once.
+func TestCloseDrainsQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := newFakeAPI(nil)
+		cb := &callbacks{}
+		c := newTestClient(t, api, cb, WithFlushAt(100), WithFlushInterval(time.Minute))
+		for i := 0; i < 5; i++ {
+			mustTrack(t, c, fmt.Sprintf("e%d", i))
+		}
+		start := time.Now()
+		require.NoError(t, closeClient(t, c, 5*time.Second))
+		assert.Less(t, time.Since(start), time.Second)
+		reqs := api.requests()
+		require.Len(t, reqs, 1)
+		assert.Len(t, reqs[0].ids, 5)
+		assert.Len(t, cb.delivered(), 5)
+	})
+}
+
+// R39: Close returns by its deadline + 0.5 s even when OnError is slow; the
+// hand-back callbacks that could not run in time still run afterwards, on
+// another goroutine, and every event gets its one disposition.
+func TestCloseBoundedWithSlowOnError(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := newFakeAPI(func(int, seen) reply { return reply{status: 200, hold: time.Hour} })
+		var mu sync.Mutex
+		handed := map[string]int{}
+		c := newTestClient(t, api, nil, WithFlushAt(1), WithConsumers(1),
+			WithOnError(func(err error, msgs []Message) {
+				time.Sleep(2 * time.Second)
+				mu.Lock()
+				for _, m := range msgs {
+					handed[m.ID()]++
+				}
+				mu.Unlock()
+			}))
+		mustTrack(t, c, "in-flight")
+		synctest.Wait()
+		mustTrack(t, c, "queued")
+		start := time.Now()
+		err := closeClient(t, c, time.Second)
+		assert.LessOrEqual(t, time.Since(start), 1500*time.Millisecond, "Close overran its deadline")
+		assert.ErrorIs(t, err, ErrShutdownInterrupted)
+		assert.Contains(t, err.Error(), "2 event(s) handed back")
+		time.Sleep(5 * time.Second) // the late callbacks finish
+		mu.Lock()
+		defer mu.Unlock()
+		assert.Equal(t, map[string]int{"in-flight": 1, "queued": 1}, handed)
 	})
 }

@@ -1,0 +1,213 @@
+package analytics
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// S35, R43: a full queue rejects at once; made deterministic by a busy consumer.
+func TestQueueFull(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := newFakeAPI(sequence(reply{status: 200, hold: 3 * time.Second}, reply{status: 200}))
+		cb := &callbacks{}
+		c := newTestClient(t, api, cb, WithQueueCapacity(2), WithConsumers(1), WithFlushAt(1))
+		mustTrack(t, c, "e1")
+		synctest.Wait()
+		require.Len(t, api.requests(), 1, "the only consumer is busy with e1")
+		mustTrack(t, c, "e2")
+		mustTrack(t, c, "e3")
+		assert.ErrorIs(t, c.Track(track("e4")), ErrQueueFull)
+		require.NoError(t, flush(t, c, time.Minute))
+		assert.ElementsMatch(t, []string{"e1", "e2", "e3"}, cb.delivered())
+		for _, r := range api.requests() {
+			assert.NotContains(t, r.ids, "e4")
+		}
+		assert.Equal(t, int64(1), c.Stats().Dropped)
+		require.NoError(t, closeClient(t, c, time.Second))
+	})
+}
+
+// R46: a batch closes at FlushAt events.
+func TestBatchByCount(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := newFakeAPI(nil)
+		cb := &callbacks{}
+		c := newTestClient(t, api, cb, WithFlushAt(3), WithFlushInterval(time.Hour), WithConsumers(1))
+		for i := 0; i < 7; i++ {
+			mustTrack(t, c, fmt.Sprintf("e%d", i))
+		}
+		synctest.Wait()
+		reqs := api.requests()
+		require.Len(t, reqs, 2, "two full batches go at once; the 7th event waits")
+		assert.Equal(t, []string{"e0", "e1", "e2"}, reqs[0].ids)
+		assert.Equal(t, []string{"e3", "e4", "e5"}, reqs[1].ids)
+		require.NoError(t, closeClient(t, c, time.Second))
+		assert.Len(t, api.requests(), 3)
+		assert.Len(t, cb.delivered(), 7)
+	})
+}
+
+// R46: a batch closes FlushInterval after its first event.
+func TestBatchByInterval(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := newFakeAPI(nil)
+		cb := &callbacks{}
+		c := newTestClient(t, api, cb, WithFlushAt(100), WithFlushInterval(2*time.Second))
+		start := time.Now()
+		mustTrack(t, c, "e1")
+		time.Sleep(time.Second)
+		mustTrack(t, c, "e2")
+		time.Sleep(3 * time.Second)
+		reqs := api.requests()
+		require.Len(t, reqs, 1)
+		assert.Equal(t, 2*time.Second, reqs[0].at.Sub(start))
+		assert.Equal(t, []string{"e1", "e2"}, reqs[0].ids)
+		require.NoError(t, closeClient(t, c, time.Second))
+	})
+}
+
+// S41, R45: bodies never pass 500 000 bytes; events over 32 KiB are rejected.
+func TestBatchBySize(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := newFakeAPI(nil)
+		cb := &callbacks{}
+		c := newTestClient(t, api, cb, WithFlushAt(1000), WithConsumers(1))
+		big := strings.Repeat("x", 2000)
+		for i := 0; i < 600; i++ {
+			require.NoError(t, c.Track(Track{UserID: "u", Event: "e", Properties: Properties{"pad": big}}))
+		}
+		err := c.Track(Track{UserID: "u", Event: "e", Properties: Properties{"pad": strings.Repeat("y", 33*1024)}})
+		assert.ErrorIs(t, err, ErrEventTooLarge)
+		require.NoError(t, closeClient(t, c, time.Minute))
+		total := map[string]int{}
+		for _, r := range api.requests() {
+			assert.LessOrEqual(t, len(r.body), MaxBatchBytes)
+			for _, id := range r.ids {
+				total[id]++
+			}
+		}
+		assert.Len(t, total, 600)
+		for id, n := range total {
+			assert.Equal(t, 1, n, id)
+		}
+		assert.GreaterOrEqual(t, len(api.requests()), 3)
+		assert.Len(t, cb.delivered(), 600)
+	})
+}
+
+// Blocking mode: EnqueueContext waits for room while the consumer is stalled,
+// gives up with ErrQueueFull and ctx's error, and wakes on Close.
+func TestEnqueueContextBlocksForRoom(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := newFakeAPI(sequence(reply{status: 200, hold: 5 * time.Second}, reply{status: 200}))
+		cb := &callbacks{}
+		c := newTestClient(t, api, cb, WithQueueCapacity(1), WithConsumers(1), WithFlushAt(1))
+		mustTrack(t, c, "e1")
+		synctest.Wait() // the only consumer is stalled on e1
+		mustTrack(t, c, "e2")
+		assert.ErrorIs(t, c.Track(track("nb")), ErrQueueFull, "the default call never waits")
+
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := c.EnqueueContext(ctx, track("timeout"))
+		cancel()
+		assert.ErrorIs(t, err, ErrQueueFull)
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+
+		start := time.Now()
+		require.NoError(t, c.EnqueueContext(context.Background(), &Track{MessageID: "e3", UserID: "u", Event: "e"}))
+		assert.Equal(t, 4*time.Second, time.Since(start), "room appeared when the consumer took e2")
+		require.NoError(t, flush(t, c, time.Minute))
+		assert.Equal(t, []string{"e1", "e2", "e3"}, cb.delivered())
+
+		// A waiter is released by Close with ErrClosed.
+		api2 := newFakeAPI(sequence(reply{status: 200, hold: time.Hour}))
+		c2 := newTestClient(t, api2, nil, WithQueueCapacity(1), WithConsumers(1), WithFlushAt(1))
+		mustTrack(t, c2, "x1")
+		synctest.Wait()
+		mustTrack(t, c2, "x2")
+		done := make(chan error)
+		go func() { done <- c2.EnqueueContext(context.Background(), track("x3")) }()
+		synctest.Wait()
+		closed := make(chan error)
+		go func() { closed <- closeClient(t, c2, time.Second) }()
+		assert.ErrorIs(t, <-done, ErrClosed)
+		assert.ErrorIs(t, <-closed, ErrShutdownInterrupted)
+		require.NoError(t, closeClient(t, c, time.Second))
+	})
+}
+
+// R43, R44: during an outage the waiting batches count against
+// QueueCapacity: the client fills up, then rejects new events, and what it
+// holds stays bounded by QueueCapacity + Consumers × FlushAt events. When
+// the server comes back, everything accepted is delivered.
+func TestOutageFillsCapacityThenRejects(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const capacity, consumers, flushAt = 100, 2, 10
+		var mu sync.Mutex
+		down := true
+		api := newFakeAPI(func(n int, r seen) reply {
+			mu.Lock()
+			defer mu.Unlock()
+			if down {
+				return reply{status: 503}
+			}
+			return reply{status: 200}
+		})
+		cb := &callbacks{}
+		c := newTestClient(t, api, cb, WithQueueCapacity(capacity), WithConsumers(consumers),
+			WithFlushAt(flushAt), WithMaxRetries(1000), WithFlushInterval(100*time.Millisecond))
+		accepted, rejected, maxPending := 0, 0, int64(0)
+		for i := 0; i < 2000; i++ { // 200 events/s for 10 s
+			err := c.Track(Track{UserID: "u", Event: "e"})
+			switch err {
+			case nil:
+				accepted++
+			case ErrQueueFull:
+				rejected++
+			default:
+				t.Fatalf("Track: %v", err)
+			}
+			time.Sleep(5 * time.Millisecond)
+			maxPending = max(maxPending, c.Stats().Pending)
+		}
+		assert.LessOrEqual(t, maxPending, int64(capacity+consumers*flushAt))
+		assert.GreaterOrEqual(t, maxPending, int64(capacity), "the waiting batches filled the client")
+		assert.Positive(t, rejected)
+		assert.Equal(t, int64(rejected), c.Stats().Dropped)
+		assert.Empty(t, cb.errors(), "waiting batches are never dropped")
+		mu.Lock()
+		down = false
+		mu.Unlock()
+		require.NoError(t, flush(t, c, 2*time.Minute))
+		assert.Len(t, cb.delivered(), accepted)
+		assert.Empty(t, cb.errors())
+		require.NoError(t, closeClient(t, c, time.Second))
+	})
+}
+
+// R43: EnqueueContext waits while waiting batches fill the client, and goes
+// on when one of them is delivered.
+func TestEnqueueContextWaitsForWaitingBatches(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := newFakeAPI(sequence(reply{status: 500}, reply{status: 200}))
+		c := newTestClient(t, api, nil, WithQueueCapacity(2), WithFlushAt(2), WithConsumers(1))
+		mustTrack(t, c, "e1")
+		mustTrack(t, c, "e2")
+		synctest.Wait() // [e1 e2] failed once and waits: the client is full
+		assert.ErrorIs(t, c.Track(track("e3")), ErrQueueFull)
+		start := time.Now()
+		require.NoError(t, c.EnqueueContext(context.Background(), track("e3")))
+		lo, hi := window(1)
+		within(t, "EnqueueContext's wait", time.Since(start), lo, hi)
+		require.NoError(t, closeClient(t, c, time.Minute))
+		assert.Len(t, api.requests(), 3)
+	})
+}
