@@ -10,7 +10,7 @@ import (
 	"go.uber.org/zap"
 )
 
-// Defaults of the configuration (SPEC §2). Each can be changed with the
+// Defaults of the configuration (docs/delivery.md §2). Each can be changed with the
 // matching With… option; an unset option takes the default.
 const (
 	// DefaultEndpoint is the tracking API the client sends to.
@@ -21,9 +21,9 @@ const (
 	DefaultFlushInterval = 5 * time.Second
 	// DefaultQueueCapacity is how many accepted events may wait for a consumer.
 	DefaultQueueCapacity = 10_000
-	// DefaultConsumers is the number of upload goroutines. A batch waiting
-	// for a counted retry keeps its consumer (R29), so several consumers
-	// keep events flowing while some batches back off.
+	// DefaultConsumers is the number of upload goroutines. They send
+	// batches concurrently; a batch waiting for a retry holds none of them
+	// (R29).
 	DefaultConsumers = 8
 	// DefaultHTTPTimeout bounds one HTTP attempt.
 	DefaultHTTPTimeout = 10 * time.Second
@@ -61,7 +61,7 @@ type BackoffPolicy struct {
 	MaxElapsedTime time.Duration
 }
 
-// DefaultBackoffPolicy returns the backoff of SPEC §2: 500 ms × 2 up to
+// DefaultBackoffPolicy returns the backoff of docs/delivery.md §2 (R26): 500 ms × 2 up to
 // 60 s, ±10 % jitter, no elapsed-time limit.
 func DefaultBackoffPolicy() BackoffPolicy {
 	return BackoffPolicy{

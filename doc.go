@@ -5,7 +5,7 @@
 //
 //	client, err := analytics.New(os.Getenv("ANALYTICS_WRITE_KEY"),
 //		analytics.WithOnError(func(err error, events []analytics.Message) {
-//			log.Printf("analytics: %d event(s) not delivered: %v", len(events), err)
+//			log.Printf("%d event(s) not delivered: %v", len(events), err) // err starts with "analytics:"
 //		}),
 //	)
 //	if err != nil {
@@ -48,6 +48,10 @@
 // Flush waits for what was enqueued before it; Close drains the queue with
 // the same policy and, when its context ends first, hands back what is
 // left and returns within the deadline plus 0.5 s.
+//
+// The complete delivery contract is docs/delivery.md in the module's
+// repository. Doc comments cite its rules by id: (R43) is rule R43 there,
+// S36 a scenario of its test plan, INV1 an invariant.
 //
 // # Testing
 //

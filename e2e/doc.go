@@ -2,19 +2,19 @@
 //
 // The package has no API; everything lives in its _test.go files:
 //
-//   - scenarios_test.go: one test per scenario S1–S48 of SPEC.md §6. Each
+//   - scenarios_test.go: one test per scenario S1–S48 of docs/delivery.md §6. Each
 //     test starts its own fault-injecting server (e2e/faultserver), runs the
 //     e2e-cli binary (built once per test run by TestMain) with a scenario
 //     input, and checks the scenario's expectations plus the invariants
 //     INV1–INV7 (checkInvariants in harness_test.go) from the server's
-//     records and the CLI's JSON line (SPEC §7.3).
+//     records and the CLI's JSON line (e2e/e2e-cli/README.md, Output).
 //   - soak_test.go: an in-process soak of the SDK against seeded random
 //     faults (S43 at scale).
 //   - reference_test.go: runs the Node reference client (e2e/node, the
 //     official @segment/analytics-node) side by side with the e2e-cli and
 //     compares what reaches the wire.
 //
-// Scenarios marked [slow] in the spec (S15, S22, S24 and the full S44) run
+// Scenarios marked [slow] in docs/delivery.md (S15, S22, S24 and the full S44) run
 // in real time only with E2E_SLOW=1; the root package covers them with
 // synctest unit tests.
 //
@@ -25,7 +25,7 @@
 //
 // Environment: E2E_SLOW=1 runs the [slow] scenarios; E2E_CLI_RACE=1 builds
 // the e2e-cli with -race as well (more CPU, noisier timing);
-// E2E_SOAK_EVENTS sets the size of TestSoak. Timing windows follow SPEC
-// §6.3 (ε = 0.25 s); a scenario that fails only on timing is retried up to
+// E2E_SOAK_EVENTS sets the size of TestSoak. Timing windows follow
+// docs/delivery.md §6.3 (ε = 0.25 s); a scenario that fails only on timing is retried up to
 // three times and each failed attempt is logged ("timing flake").
 package e2e

@@ -23,7 +23,7 @@ import (
 )
 
 // ---------------------------------------------------------------------------
-// CLI input and output (SPEC §7)
+// CLI input and output (e2e/e2e-cli/README.md)
 
 // event is one input event of the e2e-cli.
 type event = map[string]any
@@ -92,7 +92,7 @@ type cliAfterClose struct {
 	CloseKind  string `json:"closeKind"`
 }
 
-// cliOutput is the JSON line the e2e-cli prints (SPEC §7.3).
+// cliOutput is the JSON line the e2e-cli prints (e2e/e2e-cli/README.md, Output).
 type cliOutput struct {
 	Success     bool           `json:"success"`
 	SentBatches int            `json:"sentBatches"`
@@ -107,7 +107,7 @@ type cliOutput struct {
 	AfterClose  *cliAfterClose `json:"afterClose"`
 }
 
-// Outcomes and kinds of SPEC §7.3.
+// Outcomes and kinds of the e2e-cli output (e2e/e2e-cli/README.md).
 const (
 	outDelivered  = "delivered"
 	outFailed     = "failed"
@@ -416,10 +416,10 @@ func runCLI(t testing.TB, in input, o runOptions) *cliRun {
 	}
 	lines := strings.Split(strings.TrimRight(run.stdout, "\n"), "\n")
 	if len(lines) != 1 || lines[0] == "" {
-		t.Fatalf("stdout must be exactly one JSON line (SPEC §7.3), got %d lines:\n%s\nstderr:\n%s", len(lines), run.stdout, tail(run.stderr))
+		t.Fatalf("stdout must be exactly one JSON line (e2e-cli README, Output), got %d lines:\n%s\nstderr:\n%s", len(lines), run.stdout, tail(run.stderr))
 	}
 	if err := json.Unmarshal([]byte(lines[0]), &run.out); err != nil {
-		t.Fatalf("stdout is not the JSON line of SPEC §7.3: %v\n%s", err, run.stdout)
+		t.Fatalf("stdout is not the e2e-cli output line: %v\n%s", err, run.stdout)
 	}
 	if t, ok := t.(*testing.T); ok && testing.Verbose() {
 		t.Logf("e2e-cli exit %d in %v: %s", run.exitCode, run.end.Sub(run.start).Round(time.Millisecond), lines[0])
@@ -509,10 +509,10 @@ func attemptsOf(reqs []faultserver.Request, id string) []faultserver.Request {
 // ---------------------------------------------------------------------------
 // Expectations
 
-// eps is the tolerance ε of SPEC §6.3.
+// eps is the tolerance ε of docs/delivery.md §6.3.
 const eps = 250 * time.Millisecond
 
-// early is how much earlier than a stated wait a request may arrive (§6.3).
+// early is how much earlier than a stated wait a request may arrive (docs/delivery.md §6.3).
 const early = 50 * time.Millisecond
 
 // dk is the base of the k-th counted wait: min(60 s, 0.5 s × 2^(k−1)).
@@ -527,7 +527,7 @@ func dk(k int) time.Duration {
 	return d
 }
 
-// windowW returns W_k of SPEC §6.3.
+// windowW returns W_k of docs/delivery.md §6.3.
 func windowW(k int) (lo, hi time.Duration) {
 	d := dk(k)
 	return time.Duration(0.9*float64(d)) - early, time.Duration(1.1*float64(d)) + eps
@@ -651,7 +651,7 @@ func describe(reqs []faultserver.Request) string {
 }
 
 // ---------------------------------------------------------------------------
-// Invariants INV1–INV7 (SPEC §6.2)
+// Invariants INV1–INV7 (docs/delivery.md §6.2)
 
 // invOptions holds the exceptions a scenario is entitled to.
 type invOptions struct {
@@ -737,9 +737,9 @@ func usableRetryAfter(resp faultserver.Response, at time.Time) (time.Time, bool)
 	return time.Time{}, false
 }
 
-// checkInvariants checks INV1–INV7 of SPEC §6.2 for one finished scenario
+// checkInvariants checks INV1–INV7 of docs/delivery.md §6.2 for one finished scenario
 // from the server's records and the CLI's JSON line, plus the consistency
-// of the JSON line itself (SPEC §7.3).
+// of the JSON line itself (e2e/e2e-cli/README.md, Output).
 func checkInvariants(t testing.TB, r *result, o invOptions) {
 	t.Helper()
 	if o.inflightSlack == 0 {
@@ -768,7 +768,7 @@ func checkInvariants(t testing.TB, r *result, o invOptions) {
 		t.Errorf("the e2e-cli panicked:\n%s", tail(r.stderr))
 	}
 	if (r.exitCode == 0) != out.Success {
-		t.Errorf("exit code %d with success=%v (SPEC §7.3: 0 exactly when success)", r.exitCode, out.Success)
+		t.Errorf("exit code %d with success=%v (e2e-cli README: 0 exactly when success)", r.exitCode, out.Success)
 	}
 
 	// INV1: one disposition per accepted event; rejected events none.
@@ -825,14 +825,14 @@ func checkInvariants(t testing.TB, r *result, o invOptions) {
 	}
 	wantSuccess := counts[outDelivered] == len(inEvents)
 	if out.Success != wantSuccess {
-		t.Errorf("§7.3: success=%v but %d of %d events delivered", out.Success, counts[outDelivered], len(inEvents))
+		t.Errorf("e2e-cli output: success=%v but %d of %d events delivered", out.Success, counts[outDelivered], len(inEvents))
 	}
 	if !out.Success && out.Error == "" {
-		t.Errorf("§7.3: success=false without an error message")
+		t.Errorf("e2e-cli output: success=false without an error message")
 	}
 	if counts[outFailed] == 0 && counts[outRejected] == 0 && counts[outHandedBack] > 0 &&
 		!strings.Contains(out.Error, "delivery incomplete") {
-		t.Errorf("§7.3/R38: hand-backs only, but error %q does not say \"delivery incomplete\"", out.Error)
+		t.Errorf("e2e-cli output, R38: hand-backs only, but error %q does not say \"delivery incomplete\"", out.Error)
 	}
 
 	// INV2: delivered ⇒ on the wire with 2xx; failed/handed back ⇒ never 2xx.
@@ -869,7 +869,7 @@ func checkInvariants(t testing.TB, r *result, o invOptions) {
 			t.Errorf("server saw messageId %q that is not in the output", id)
 		}
 	}
-	// §7.3 status: the last response received for the event's batch.
+	// e2e-cli output, status: the last response received for the event's batch.
 	for id, e := range accepted {
 		last := 0
 		for _, q := range r.reqs {
@@ -878,10 +878,10 @@ func checkInvariants(t testing.TB, r *result, o invOptions) {
 			}
 		}
 		if last != 0 && e.Status != last && !(e.Outcome == outHandedBack && o.ambiguousHandBack) {
-			t.Errorf("§7.3: event %s status %d, the server last answered its batch %d", id, e.Status, last)
+			t.Errorf("e2e-cli output: event %s status %d, the server last answered its batch %d", id, e.Status, last)
 		}
 		if last == 0 && e.Status != 0 {
-			t.Errorf("§7.3: event %s status %d, but the server answered its batch no status", id, e.Status)
+			t.Errorf("e2e-cli output: event %s status %d, but the server answered its batch no status", id, e.Status)
 		}
 	}
 	// sentBatches: the real number of batches answered 2xx.
@@ -892,7 +892,7 @@ func checkInvariants(t testing.TB, r *result, o invOptions) {
 		}
 	}
 	if out.SentBatches != len(okBatches) && !o.ambiguousHandBack {
-		t.Errorf("§7.3: sentBatches %d, the server answered %d distinct batches 2xx", out.SentBatches, len(okBatches))
+		t.Errorf("e2e-cli output: sentBatches %d, the server answered %d distinct batches 2xx", out.SentBatches, len(okBatches))
 	}
 
 	// INV3: stable batches.
@@ -1167,7 +1167,7 @@ func slow(t *testing.T) {
 // ---------------------------------------------------------------------------
 // Retrying timing flakes
 //
-// The timing windows of SPEC §6.3 (ε = 0.25 s) are tight for a 2-core
+// The timing windows of docs/delivery.md §6.3 (ε = 0.25 s) are tight for a 2-core
 // machine shared with other work: a descheduled process shows up as a late
 // or early request. A scenario whose only failures are timing failures
 // (timingf) is run again, up to attempts times, and every failed attempt is

@@ -94,7 +94,7 @@ func buildCLI(dir string) (string, error) {
 // cliRace reports whether the e2e-cli is built with -race (E2E_CLI_RACE=1).
 // It is not by default: a race-instrumented CLI costs several times the CPU,
 // and on a 2-core machine that load blurs the 0.25 s timing windows of
-// SPEC §6.3. The SDK's concurrency runs under the race detector in-process
+// docs/delivery.md §6.3. The SDK's concurrency runs under the race detector in-process
 // here (TestSoak, the in-process parts of S34/S35/S46, TestR51Logging) and
 // in the root package's tests.
 func cliRace() bool { return os.Getenv("E2E_CLI_RACE") == "1" }

@@ -8,7 +8,7 @@ package e2e
 //
 // Known differences of @segment/analytics-node 2.3.0, observed on the wire
 // and in its source (src/plugins/segmentio/publisher.ts), which this SDK
-// deliberately does not copy (SPEC §4, §5):
+// deliberately does not copy (docs/delivery.md §4, §5):
 //   - No Authorization header: the write key travels only in the body
 //     (ours: Basic base64(writeKey:) on every attempt, R6, and in the body).
 //   - No X-Retry-Count header (ours: R7).
@@ -316,7 +316,7 @@ func TestReferenceNodeClient(t *testing.T) {
 	}
 
 	// Informational: how each client treats a 302 to a URL that answers 200
-	// to anything (SPEC D1/D2). Only our behaviour is asserted.
+	// to anything (D1, D2). Only our behaviour is asserted.
 	t.Run("302-informational", func(t *testing.T) {
 		t.Parallel()
 		retry(t, func(t testing.TB) {

@@ -1,6 +1,6 @@
 package e2e
 
-// One test per scenario of SPEC.md §6 (S1–S48). Each test runs the e2e-cli
+// One test per scenario of docs/delivery.md §6 (S1–S48). Each test runs the e2e-cli
 // against its own faultserver and checks the scenario's expectations; every
 // run also goes through checkInvariants (INV1–INV7). Tests are parallel:
 // they spend their time waiting on timers, each with its own server.

@@ -11,7 +11,7 @@ import (
 	"github.com/relaykit/analytics-go"
 )
 
-// This file turns the --input JSON (SPEC §7.1) into a plan: client options,
+// This file turns the --input JSON (README.md, Input) into a plan: client options,
 // sequences of events, and the CLI's own settings. Everything is checked
 // before the client is built, so bad input never makes a request. Every
 // error names the JSON field it is about.
@@ -41,7 +41,7 @@ type sequence struct {
 	flush  bool
 }
 
-// inputEvent is one event of a sequence, fields as given (SPEC §7.1).
+// inputEvent is one event of a sequence, fields as given (README.md, Input).
 type inputEvent struct {
 	Type         string         `json:"type"`
 	MessageID    string         `json:"messageId"`
@@ -164,7 +164,7 @@ func (p *plan) parseConfig(raw json.RawMessage) error {
 	if d, ok := f.duration("flushInterval", time.Millisecond); ok {
 		p.opts = append(p.opts, analytics.WithFlushInterval(d))
 	}
-	// Passed through exactly when present, including 0 (SPEC D22, R48).
+	// Passed through exactly when present, including 0 (D22, R48).
 	if n, ok := f.integer("maxRetries"); ok {
 		p.opts = append(p.opts, analytics.WithMaxRetries(n))
 	}

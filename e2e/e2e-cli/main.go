@@ -1,5 +1,5 @@
 // Command e2e-cli drives github.com/relaykit/analytics-go for end-to-end
-// tests: Segment's cross-SDK conformance suite and our own (SPEC §7).
+// tests: Segment's cross-SDK conformance suite and our own (contract: README.md).
 //
 //	e2e-cli --input '<json>'      (also --input=<json>)
 //	e2e-cli --input-file PATH     (PATH "-" reads stdin)

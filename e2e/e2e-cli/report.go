@@ -14,7 +14,7 @@ import (
 )
 
 // This file records what happened to each input event (enqueue result,
-// callbacks, HTTP statuses) and renders the output line of SPEC §7.3.
+// callbacks, HTTP statuses) and renders the output line (README.md, Output).
 
 // Outcomes of an input event.
 const (
@@ -27,7 +27,7 @@ const (
 	outcomeNone = "none"
 )
 
-// kind names the error class of err (SPEC §7.3), found with errors.Is and
+// kind names the error class of err (README.md, Output), found with errors.Is and
 // errors.As in a fixed order, never by matching text. nil has no kind.
 func kind(err error) string {
 	var httpErr *analytics.HTTPError
@@ -225,7 +225,7 @@ func batchIDs(req *http.Request) []string {
 	return ids
 }
 
-// output is the line printed on stdout (SPEC §7.3).
+// output is the line printed on stdout (README.md, Output).
 type output struct {
 	Success     bool             `json:"success"`
 	SentBatches int              `json:"sentBatches"`

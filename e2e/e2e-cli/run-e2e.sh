@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs Segment's cross-SDK conformance suite (segmentio/sdk-e2e-tests, not
-# public) against this SDK's e2e-cli (SPEC §7).
+# public) against this SDK's e2e-cli (contract: e2e/e2e-cli/README.md).
 #
 #   E2E_TESTS_DIR=/path/to/sdk-e2e-tests ./e2e/e2e-cli/run-e2e.sh [extra run-tests.sh args]
 #

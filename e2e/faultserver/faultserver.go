@@ -13,7 +13,7 @@
 // server first rejects malformed requests the way a real ingestion gateway
 // would.
 //
-// This is the harness model of SPEC.md §6.1:
+// This is the harness of docs/delivery.md §6.1:
 //
 //	srv, err := faultserver.Start(faultserver.Options{
 //		Script: []faultserver.Response{
@@ -342,7 +342,7 @@ func StartOn(addr string, opts Options) (*Server, error) {
 
 // ReserveAddr returns a free "127.0.0.1:PORT" address. The port is closed
 // again before returning, so connecting to it is refused until StartOn
-// listens there (SPEC S10 run B).
+// listens there (scenario S10, run B).
 func ReserveAddr() (string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

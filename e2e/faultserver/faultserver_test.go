@@ -661,7 +661,7 @@ func TestRespondOverride(t *testing.T) {
 }
 
 // TestConcurrency runs many concurrent requests with seeded random faults
-// (like SPEC S43); run with -race.
+// (like scenario S43); run with -race.
 func TestConcurrency(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	s := start(t, Options{
