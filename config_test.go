@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// U5, R48, R49: an unconfigured client's effective config is SPEC §2.
+// U5, R48, R49: an unconfigured client's effective config is the defaults table of docs/delivery.md.
 func TestDefaultConfig(t *testing.T) {
 	c, err := New("wk")
 	require.NoError(t, err)
