@@ -2,6 +2,7 @@ package analytics
 
 import (
 	"context"
+	"net/http"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -146,6 +147,10 @@ func (w *consumer) attempt(b *batch) {
 		if err == nil {
 			w.endEpisode()
 		}
+		if b.lastStatus == http.StatusRequestEntityTooLarge && err == nil && len(b.events) > 1 {
+			w.split(b, now) // R3: the server stored nothing
+			return
+		}
 		w.settle.failed(b, b.lastErr)
 	case outcomeRateLimited:
 		w.settle.stats.rateLimited.Add(1)
@@ -206,6 +211,45 @@ func (w *consumer) retryLater(b *batch, now time.Time) {
 	if !w.room.wait(b, now.Add(d)) {
 		w.settle.handBack(b, nil)
 	}
+}
+
+// split answers a 413 (R3): b is cut into two halves, same events in the
+// same order, and both go to the waiting room due at once, the first half
+// first, so that one oversized event fails alone instead of taking the
+// others with it. Nothing was stored, so nothing is duplicated. Each half
+// carries on b's attempt count (X-Retry-Count continues, R7) and its
+// budgets: counted retries used, first counted failure, backoff state. A
+// split is not a retry of its own and spends no budget.
+func (w *consumer) split(b *batch, now time.Time) {
+	mid := len(b.events) / 2
+	second := newBatch(len(b.events) - mid)
+	second.events = append(second.events, b.events[mid:]...)
+	clear(b.events[mid:])
+	b.events = b.events[:mid]
+	b.bytes, second.bytes = eventBytes(b.events), eventBytes(second.events)
+	second.attempts, second.retries = b.attempts, b.retries
+	second.firstFailure, second.lastErr, second.lastStatus = b.firstFailure, b.lastErr, b.lastStatus
+	b.rateLimited, b.retryPending = false, false
+	if b.backoff != nil {
+		bo := *b.backoff // the state travels; the instance is not shared
+		second.backoff = &bo
+	}
+	w.log.Debug("batch answered 413: sending it again as two halves", zap.Int("events", mid+len(second.events)))
+	for _, h := range []*batch{b, second} {
+		if !w.room.wait(h, now) {
+			w.settle.handBack(h, nil)
+		}
+	}
+}
+
+// eventBytes is the size of evs in a body: their JSON and the commas
+// between them (R45).
+func eventBytes(evs []event) int {
+	n := max(len(evs)-1, 0)
+	for i := range evs {
+		n += len(evs[i].data)
+	}
+	return n
 }
 
 func (w *consumer) endEpisode() {

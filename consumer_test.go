@@ -1,9 +1,11 @@
 package analytics
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -352,4 +354,137 @@ func TestCallerMessageIDsAndStableBatches(t *testing.T) {
 		assert.Equal(t, reqs[0].ids, cb.delivered(), "callbacks carry the ids that were sent")
 		require.NoError(t, closeClient(t, c, time.Second))
 	})
+}
+
+// tooLarge answers 413 to any body larger than limit bytes, 200 otherwise.
+func tooLarge(limit int) func(int, seen) reply {
+	return func(_ int, r seen) reply {
+		if len(r.raw) > limit {
+			return reply{status: 413, body: `{"message":"request size exceeds max limit"}`}
+		}
+		return reply{status: 200}
+	}
+}
+
+// halvingRequests predicts how many requests a batch of the given event
+// sizes takes against a body limit when every 413 splits it in halves.
+func halvingRequests(sizes []int, limit, frame int) int {
+	body := frame + len(sizes) - 1
+	for _, s := range sizes {
+		body += s
+	}
+	if body <= limit || len(sizes) == 1 {
+		return 1
+	}
+	mid := len(sizes) / 2
+	return 1 + halvingRequests(sizes[:mid], limit, frame) + halvingRequests(sizes[mid:], limit, frame)
+}
+
+// R3: a 413 splits the batch in halves until the one event the server
+// refuses fails alone; the other 199 are delivered once each, with the
+// same ids, and the request count is what halving predicts.
+func TestTooLargeSplitsUntilTheCulpritFailsAlone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const limit = 20_000
+		api := newFakeAPI(tooLarge(limit))
+		cb := &callbacks{}
+		c := newTestClient(t, api, cb, WithFlushAt(200), WithConsumers(2))
+		var sizes []int
+		for i := 0; i < 200; i++ {
+			m := track(fmt.Sprintf("e%03d", i))
+			if i == 137 {
+				m.Properties = Properties{"blob": strings.Repeat("x", 25_000)}
+			}
+			require.NoError(t, c.Track(m))
+		}
+		require.NoError(t, flush(t, c, time.Minute))
+		reqs := api.requests()
+		// Sizes of each event's JSON as sent, read back from the first body.
+		var env struct {
+			Batch []json.RawMessage `json:"batch"`
+		}
+		require.NoError(t, json.Unmarshal(reqs[0].body, &env))
+		frame := len(reqs[0].body) - 199
+		for _, e := range env.Batch {
+			sizes = append(sizes, len(e))
+			frame -= len(e)
+		}
+		assert.Len(t, reqs, halvingRequests(sizes, limit, frame))
+
+		errs := cb.errors()
+		require.Len(t, errs, 1)
+		require.Len(t, errs[0].msgs, 1)
+		assert.Equal(t, "e137", errs[0].msgs[0].ID())
+		requireHTTPStatus(t, errs[0].err, 413)
+		assert.Len(t, cb.delivered(), 199)
+		for id, n := range cb.dispositions() {
+			assert.Equal(t, 1, n, id)
+		}
+		// Halves carry on the attempt count and never mix in other events.
+		for _, r := range reqs[1:] {
+			assert.NotEmpty(t, r.retryCount(), "a half is a re-send of events already sent")
+			assert.Subset(t, reqs[0].ids, r.ids)
+		}
+		require.NoError(t, closeClient(t, c, time.Second))
+	})
+}
+
+// R3: a limit below every single event ends with each event failing alone
+// with its own 413, after a finite number of requests (2n − 1).
+func TestTooLargeForEveryEventEndsSplitting(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := newFakeAPI(tooLarge(10))
+		cb := &callbacks{}
+		c := newTestClient(t, api, cb, WithFlushAt(8))
+		for i := 0; i < 8; i++ {
+			mustTrack(t, c, fmt.Sprintf("e%d", i))
+		}
+		require.NoError(t, flush(t, c, time.Minute))
+		assert.Len(t, api.requests(), 15)
+		errs := cb.errors()
+		assert.Len(t, errs, 8)
+		for _, e := range errs {
+			assert.Len(t, e.msgs, 1)
+			requireHTTPStatus(t, e.err, 413)
+		}
+		require.NoError(t, closeClient(t, c, time.Second))
+	})
+}
+
+// R3, R38: Close during splitting hands back every event without an
+// outcome yet; each event still gets exactly one disposition.
+func TestCloseDuringSplitHandsBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := newFakeAPI(func(n int, r seen) reply {
+			rep := tooLarge(10)(n, r)
+			rep.hold = 300 * time.Millisecond
+			return rep
+		})
+		cb := &callbacks{}
+		c := newTestClient(t, api, cb, WithFlushAt(8), WithConsumers(1))
+		for i := 0; i < 8; i++ {
+			mustTrack(t, c, fmt.Sprintf("e%d", i))
+		}
+		time.Sleep(700 * time.Millisecond) // two requests answered 413, the third in flight
+		err := closeClient(t, c, 10*time.Millisecond)
+		assert.ErrorIs(t, err, ErrShutdownInterrupted)
+		disp := cb.dispositions()
+		assert.Len(t, disp, 8)
+		for id, n := range disp {
+			assert.Equal(t, 1, n, id)
+		}
+		assert.Equal(t, 8, cb.failedWith(ErrShutdownInterrupted)+len(cb.delivered())+countStatus(cb, 413))
+		assert.Positive(t, cb.failedWith(ErrShutdownInterrupted))
+	})
+}
+
+func countStatus(cb *callbacks, status int) int {
+	n := 0
+	for _, e := range cb.errors() {
+		var he *HTTPError
+		if errors.As(e.err, &he) && he.StatusCode == status && !errors.Is(e.err, ErrShutdownInterrupted) {
+			n += len(e.msgs)
+		}
+	}
+	return n
 }
