@@ -63,12 +63,12 @@ type Client struct {
 	settle       *settler
 	withMessages bool // a callback is registered: events carry a copy of their Message
 
-	closed       atomic.Bool        // fast path for enqueue after Close
-	quit         chan struct{}      // closed by Close once consumers are no longer needed
-	stop         context.Context    // cancelled when Close's deadline interrupts delivery
-	cancelStop   context.CancelFunc // interrupts waits and requests
-	consumers    sync.WaitGroup
-	ownTransport *http.Transport // the transport New made, closed by Close; nil for WithHTTPClient
+	closed          atomic.Bool        // fast path for enqueue after Close
+	retire          chan struct{}      // closed by Close once consumers are no longer needed
+	interrupt       context.Context    // cancelled when Close's deadline interrupts delivery
+	cancelInterrupt context.CancelFunc // interrupts waits and requests
+	consumers       sync.WaitGroup
+	ownTransport    *http.Transport // the transport New made, closed by Close; nil for WithHTTPClient
 }
 
 // New returns a started Client that sends to writeKey's source. Invalid
@@ -94,9 +94,9 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 			capacity:  s.QueueCapacity,
 		},
 		withMessages: s.onSuccess != nil || s.onError != nil,
-		quit:         make(chan struct{}),
+		retire:       make(chan struct{}),
 	}
-	c.stop, c.cancelStop = context.WithCancel(context.Background())
+	c.interrupt, c.cancelInterrupt = context.WithCancel(context.Background())
 	httpClient := newHTTPClient(&s)
 	if !s.CustomHTTPClient {
 		c.ownTransport, _ = httpClient.Transport.(*http.Transport)
@@ -111,7 +111,7 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 	for i := 0; i < s.Consumers; i++ {
 		w := &consumer{
 			q: c.q, room: c.room, sender: newSender(&s, httpClient), settle: c.settle,
-			policy: policy, log: c.log, stop: c.stop, quit: c.quit,
+			policy: policy, log: c.log, interrupt: c.interrupt, retire: c.retire,
 		}
 		go func() {
 			defer c.consumers.Done()
@@ -217,9 +217,9 @@ func (c *Client) Close(ctx context.Context) error {
 	c.closed.Store(true)
 	// Whatever happens below, consumers are stopped and nothing is left
 	// running that Close was meant to end.
-	quitOnce := sync.OnceFunc(func() { close(c.quit) })
-	defer quitOnce()
-	defer c.cancelStop()
+	retireOnce := sync.OnceFunc(func() { close(c.retire) })
+	defer retireOnce()
+	defer c.cancelInterrupt()
 	handedBefore := c.settle.stats.handedBack.Load()
 
 	interrupted := false
@@ -231,9 +231,9 @@ func (c *Client) Close(ctx context.Context) error {
 		}
 	}
 	if interrupted {
-		c.cancelStop() // interrupt waits and requests before consumers see quit
+		c.cancelInterrupt() // interrupt waits and requests before consumers are retired
 	}
-	quitOnce()
+	retireOnce()
 
 	exited := make(chan struct{})
 	go func() { c.consumers.Wait(); close(exited) }()
@@ -242,7 +242,7 @@ func (c *Client) Close(ctx context.Context) error {
 		case <-exited:
 		case <-ctx.Done():
 			interrupted = true
-			c.cancelStop()
+			c.cancelInterrupt()
 		}
 	}
 	var grace <-chan time.Time
@@ -257,7 +257,7 @@ func (c *Client) Close(ctx context.Context) error {
 			c.log.Error("consumers did not stop within the shutdown grace period; a callback may be blocking")
 		}
 	}
-	c.cancelStop()
+	c.cancelInterrupt()
 	if c.ownTransport != nil {
 		c.ownTransport.CloseIdleConnections() // no keep-alive goroutines outlive Close
 	}

@@ -33,7 +33,7 @@ func (q *queue) discardQueued() {
 		if n == 0 {
 			return
 		}
-		q.settled(buf[:n])
+		q.discharge(buf[:n])
 		q.places.release(n)
 		releaseEvents(buf[:n])
 	}

@@ -15,15 +15,15 @@ import (
 // the waiting room and the consumer is free at once (R29). It holds a batch
 // only between taking it and the end of its attempt.
 type consumer struct {
-	q      *queue
-	room   *waitingRoom
-	sender *sender
-	settle *settler
-	policy retryPolicy
-	log    *zap.Logger
-	stop   context.Context // cancelled when Close's deadline interrupts delivery
-	quit   <-chan struct{} // closed when Close no longer needs consumers
-	timer  *time.Timer
+	q         *queue
+	room      *waitingRoom
+	sender    *sender
+	settle    *settler
+	policy    retryPolicy
+	log       *zap.Logger
+	interrupt context.Context // cancelled when Close's deadline interrupts delivery
+	retire    <-chan struct{} // closed when Close no longer needs consumers
+	timer     *time.Timer
 }
 
 // retryPolicy is what the consumer needs of the configuration.
@@ -52,7 +52,7 @@ func (w *consumer) run() {
 // that are due go before new ones, oldest due first (R47).
 func (w *consumer) next() *batch {
 	for {
-		if w.stop.Err() != nil {
+		if w.interrupt.Err() != nil {
 			return nil
 		}
 		now := time.Now()
@@ -75,16 +75,16 @@ func (w *consumer) next() *batch {
 		if open >= 0 && (wait < 0 || open < wait) {
 			wait = open
 		}
-		if !w.sleep(wait, w.quit) {
+		if !w.sleep(wait, w.retire) {
 			return nil
 		}
 	}
 }
 
 // sleep waits until d has passed (d < 0: no limit), work may have arrived,
-// or quit; it reports false when the consumer must stop. Every wait ends at
+// or retire; it reports false when the consumer must stop. Every wait ends at
 // shutdown (R37).
-func (w *consumer) sleep(d time.Duration, quit <-chan struct{}) bool {
+func (w *consumer) sleep(d time.Duration, retire <-chan struct{}) bool {
 	var expired <-chan time.Time
 	if d >= 0 {
 		w.timer.Reset(d)
@@ -92,16 +92,16 @@ func (w *consumer) sleep(d time.Duration, quit <-chan struct{}) bool {
 		expired = w.timer.C
 	}
 	var work, due <-chan struct{}
-	if quit != nil { // not at the gate: new work and due batches wake it
+	if retire != nil { // not at the gate: new work and due batches wake it
 		work, due = w.q.ready, w.room.ready
 	}
 	select {
 	case <-expired:
 	case <-work:
 	case <-due:
-	case <-quit:
+	case <-retire:
 		return false
-	case <-w.stop.Done():
+	case <-w.interrupt.Done():
 		return false
 	}
 	return true
@@ -117,13 +117,13 @@ func (w *consumer) attempt(b *batch) {
 		b.retryPending = false
 		w.settle.stats.retries.Add(1)
 	}
-	ctx, cancel := context.WithTimeout(w.stop, w.policy.httpTimeout) // R8
+	ctx, cancel := context.WithTimeout(w.interrupt, w.policy.httpTimeout) // R8
 	resp, err := w.sender.send(ctx, b)
 	cancel()
 	b.attempts++
 	w.settle.stats.requests.Add(1)
 	now := time.Now()
-	if err != nil && w.stop.Err() != nil {
+	if err != nil && w.interrupt.Err() != nil {
 		w.settle.handBack(b, err) // cancelled on the wire: the server may have it (R40)
 		return
 	}

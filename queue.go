@@ -203,9 +203,9 @@ func (q *queue) drain() []event {
 	return evs
 }
 
-// settled discharges the ledger for evs, which have their disposition
+// discharge counts off evs in the ledger, which have their disposition
 // (R41).
-func (q *queue) settled(evs []event) {
+func (q *queue) discharge(evs []event) {
 	q.mu.Lock()
 	for i := range evs {
 		q.ledger.done(evs[i].epoch)

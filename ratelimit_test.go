@@ -646,7 +646,7 @@ func TestGateClosedAfterTakeSendsNothing(t *testing.T) {
 			q: q, room: room, sender: newSender(&s, newHTTPClient(&s)),
 			settle: &settler{log: zap.NewNop(), ledger: q},
 			policy: retryPolicy{maxRetries: 1, maxBackoffTotal: time.Hour, backoff: DefaultBackoffPolicy(), httpTimeout: time.Second},
-			log:    zap.NewNop(), stop: context.Background(),
+			log:    zap.NewNop(), interrupt: context.Background(),
 		}
 		// Another consumer's 429 closed the gate for 2 s.
 		_, _, ok := room.rateLimited(time.Now(), 2*time.Second, &batch{events: []event{{data: []byte(`{"messageId":"other"}`)}}})

@@ -86,7 +86,7 @@ func (s *settler) events(evs []event, err error) {
 			s.callback(func() { s.onError(err, messages(evs)) })
 		}
 	}
-	s.ledger.settled(evs)
+	s.ledger.discharge(evs)
 	releaseEvents(evs)
 }
 
