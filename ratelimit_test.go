@@ -524,17 +524,6 @@ func TestRequeueIntoFullQueue(t *testing.T) {
 	})
 }
 
-// indexOf returns the index of the first request carrying id with the
-// given X-Retry-Count ("" for a first attempt), or -1.
-func indexOf(reqs []seen, id, retryCount string) int {
-	for i, r := range reqs {
-		if len(r.ids) > 0 && r.ids[0] == id && r.retryCount() == retryCount {
-			return i
-		}
-	}
-	return -1
-}
-
 // R29, S6: with one consumer, a second batch is sent while the first waits
 // out its backoff, and the first is retried when its backoff ends.
 func TestSecondBatchSentDuringBackoff(t *testing.T) {
