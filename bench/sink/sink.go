@@ -96,6 +96,9 @@ type Stats struct {
 	// after the 429 was sent, so a client's own in-process race (a request
 	// leaving while the 429 is being read) cannot explain them.
 	GateViolations10ms int64 `json:"gate_violations_10ms"`
+	// GateViolationMaxMS is the latest arrival of a violation after the
+	// 429 it violated was sent, in milliseconds.
+	GateViolationMaxMS float64 `json:"gate_violation_max_ms"`
 
 	// Outage: window in Unix nanoseconds (0 if it has not started), the
 	// failed attempts during it (requests answered 500 or aborted, plus
@@ -197,9 +200,11 @@ func (s *Server) batch(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	if !s.last429.IsZero() && arrived.Before(s.last429.Add(retryAfter)) {
 		s.st.GateViolations++ // last429 was sent before this request arrived
-		if arrived.Sub(s.last429) >= 10*time.Millisecond {
+		late := arrived.Sub(s.last429)
+		if late >= 10*time.Millisecond {
 			s.st.GateViolations10ms++
 		}
+		s.st.GateViolationMaxMS = max(s.st.GateViolationMaxMS, float64(late)/float64(time.Millisecond))
 	}
 	out := s.outage(arrived)
 	s.mu.Unlock()

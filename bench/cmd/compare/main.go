@@ -300,6 +300,7 @@ var metrics = []metric{
 	{"dups", func(r *record) float64 { return float64(r.dups()) }, false, "%.0f"},
 	{"rejected", func(r *record) float64 { return float64(r.d.TrackErrors) }, false, "%.0f"},
 	{"sink CPU µs/ev", func(r *record) float64 { return r.sinkCPU() }, false, "%.2f"},
+	{"gate viol.", func(r *record) float64 { return float64(r.Sink.GateViolations) }, false, "%.0f"},
 }
 
 func writeTable(w io.Writer, o *options, recs []*record) {
