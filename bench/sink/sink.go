@@ -27,6 +27,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -99,6 +100,15 @@ type Stats struct {
 	// GateViolationMaxMS is the latest arrival of a violation after the
 	// 429 it violated was sent, in milliseconds.
 	GateViolationMaxMS float64 `json:"gate_violation_max_ms"`
+	// SentAtViolations judges by the body's "sentAt" instead of the
+	// arrival: requests whose sentAt falls after a 429 was sent and before
+	// its deadline. Ours stamps sentAt on every attempt (nanoseconds), so
+	// for ours this is "sent while the gate was closed"; segment stamps it
+	// once per batch (a retry keeps the first attempt's), posthog not at
+	// all, so for them only the arrival count means anything.
+	SentAtViolations     int64   `json:"sentat_violations"`
+	SentAtViolationMaxMS float64 `json:"sentat_violation_max_ms"`
+	SentAtRequests       int64   `json:"sentat_requests"` // requests with a parseable sentAt (429 mode only)
 
 	// Outage: window in Unix nanoseconds (0 if it has not started), the
 	// failed attempts during it (requests answered 500 or aborted, plus
@@ -125,9 +135,10 @@ type Server struct {
 	firstSeen []uint32         // index = amount: ms since start + 1 when first recorded, 0 = never
 	ids       map[uint64]uint32
 
-	start     time.Time // New
-	last429   time.Time // send time of the latest 429 (its deadline is + retryAfter)
-	outStart  time.Time // outage window; zero until the first batch request
+	start     time.Time   // New
+	last429   time.Time   // send time of the latest 429 (its deadline is + retryAfter)
+	sends429  []time.Time // send times of every 429, ascending
+	outStart  time.Time   // outage window; zero until the first batch request
 	outEnd    time.Time
 	outTimes  []time.Duration // attempt times during the outage, since outStart
 	conns     map[net.Conn]struct{}
@@ -223,6 +234,9 @@ func (s *Server) batch(w http.ResponseWriter, r *http.Request) {
 	if out {
 		s.respond(w, r, http.StatusInternalServerError, n, false)
 		return
+	}
+	if s.cfg.Fault == Fault429 {
+		s.checkSentAt(buf.Bytes())
 	}
 
 	s.mu.Lock()
@@ -338,6 +352,7 @@ func (s *Server) respond(w http.ResponseWriter, r *http.Request, status int, n i
 		}
 		s.mu.Lock()
 		s.last429 = time.Now()
+		s.sends429 = append(s.sends429, s.last429)
 		s.st.Sent429++
 		s.count(r, status, n, gz)
 		s.mu.Unlock()
@@ -363,6 +378,33 @@ func (s *Server) count(r *http.Request, status int, n int64, gz bool) {
 	s.st.BodyBytes += n
 	if gz {
 		s.st.GzipRequests++
+	}
+}
+
+// checkSentAt counts a gate violation judged by the body's sentAt (an
+// uncompressed body only).
+func (s *Server) checkSentAt(body []byte) {
+	const key = `"sentAt":"`
+	i := bytes.LastIndex(body, []byte(key))
+	if i < 0 {
+		return
+	}
+	rest := body[i+len(key):]
+	j := bytes.IndexByte(rest, '"')
+	if j < 0 {
+		return
+	}
+	at, err := time.Parse(time.RFC3339Nano, string(rest[:j]))
+	if err != nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.st.SentAtRequests++
+	k := sort.Search(len(s.sends429), func(k int) bool { return s.sends429[k].After(at) }) - 1
+	if k >= 0 && at.Before(s.sends429[k].Add(retryAfter)) {
+		s.st.SentAtViolations++
+		s.st.SentAtViolationMaxMS = max(s.st.SentAtViolationMaxMS, float64(at.Sub(s.sends429[k]))/float64(time.Millisecond))
 	}
 }
 

@@ -182,7 +182,7 @@ func writeScenarios(w io.Writer, o *options, recs []*record) {
 			sc.rate, sc.pacedN, sc.closeTimeout)
 		fmt.Fprintf(w, "Non-blocking Track for ours; default configuration; the peers' Close without a drain. "+
 			"lost = not at the sink and the app not told (peers: also abandoned at Close or dropped).\n\n")
-		fmt.Fprintf(w, "| fault | SDK | achieved ev/s | rejected | rejected %% | lost | of which abandoned+dropped | failed | handed back | dups | gate violations (≥10 ms after the 429), latest | Close s | Close error | wall s |\n")
+		fmt.Fprintf(w, "| fault | SDK | achieved ev/s | rejected | rejected %% | lost | of which abandoned+dropped | failed | handed back | dups | gate violations: by arrival (≥10 ms after the 429), latest; ours also by sentAt | Close s | Close error | wall s |\n")
 		fmt.Fprintf(w, "|%s\n", strings.Repeat("---|", 14))
 		for _, r := range rs {
 			oc := r.d.Outcomes
@@ -192,6 +192,9 @@ func writeScenarios(w io.Writer, o *options, recs []*record) {
 			gate := "–"
 			if r.Fault == sink.Fault429 {
 				gate = fmt.Sprintf("%d (%d), latest %.1f ms", r.Sink.GateViolations, r.Sink.GateViolations10ms, r.Sink.GateViolationMaxMS)
+				if r.SDK == "ours" || r.SDK == "ours-block" {
+					gate += fmt.Sprintf("; by sentAt %d, latest %.1f ms", r.Sink.SentAtViolations, r.Sink.SentAtViolationMaxMS)
+				}
 			}
 			fmt.Fprintf(w, "| %s | %s | %.0f | %d | %s | %d | %d | %d | %d | %d | %s | %.2f | %s | %.2f |\n",
 				r.Fault, r.SDK, r.d.RateAchieved, r.d.TrackErrors, pct(r.d.TrackErrors, r.N), oc.Lost,
