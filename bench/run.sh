@@ -15,6 +15,6 @@ go build -o bin/ ./cmd/sink ./cmd/driver ./cmd/compare
 
 if [[ "${QUICK:-0}" == "1" ]]; then
 	exec ./bin/compare -n 20000 -runs 1 -fault-n 20000 \
-		-paced-n 40000 -flat-n 20000 -outage 5s -outage-after 1s -outage-tail 2s "$@"
+		-paced-n 40000 -flat-n 20000 -flat-runs 1 -outage 5s -outage-after 1s -outage-tail 2s "$@"
 fi
 exec ./bin/compare "$@"

@@ -29,6 +29,7 @@ type scenarioOptions struct {
 	pacedFaults  []string
 	closeTimeout time.Duration
 	flatN        int
+	flatRuns     int
 	flatSDKs     []string
 	flatFault    string
 	outage       time.Duration
@@ -48,6 +49,7 @@ func scenarioFlags(o *scenarioOptions) {
 	listFlag(&o.pacedFaults, "paced-faults", "500,lostack,429", "paced scenario: sink fault modes, one run each")
 	flag.DurationVar(&o.closeTimeout, "close-timeout", 10*time.Second, "paced and outage scenarios: deadline of Close")
 	flag.IntVar(&o.flatN, "flat-n", 200000, "flat scenario: events per run")
+	flag.IntVar(&o.flatRuns, "flat-runs", 3, "flat scenario: runs per (SDK, fault); the table shows medians")
 	listFlag(&o.flatSDKs, "flat-sdks", "ours-block,segment,posthog", "flat scenario: SDKs")
 	flag.StringVar(&o.flatFault, "flat-fault", "500", "flat scenario: fault mode compared with the clean run")
 	flag.DurationVar(&o.outage, "outage", 30*time.Second, "outage scenario: how long the sink fails everything")
@@ -96,9 +98,11 @@ func runScenarios(o *options, jsonl io.Writer) ([]*record, error) {
 		}
 	}
 	if sc.has("flat") {
-		for _, f := range []string{sink.FaultNone, sc.flatFault} {
-			for _, sdk := range sc.flatSDKs {
-				specs = append(specs, spec{sdk: sdk, n: sc.flatN, fault: f, scenario: "flat"})
+		for r := 0; r < sc.flatRuns; r++ {
+			for _, f := range []string{sink.FaultNone, sc.flatFault} {
+				for _, sdk := range sc.flatSDKs {
+					specs = append(specs, spec{sdk: sdk, n: sc.flatN, fault: f, round: r, scenario: "flat"})
+				}
 			}
 		}
 	}
@@ -204,31 +208,39 @@ func writeScenarios(w io.Writer, o *options, recs []*record) {
 	}
 
 	if rs := by("flat"); len(rs) > 0 {
-		fmt.Fprintf(w, "\n### Flat out: %d events, clean vs %s at 20 %%\n\n", sc.flatN, sc.flatFault)
+		fmt.Fprintf(w, "\n### Flat out: %d events, clean vs %s at 20 %%, medians of %d runs\n\n", sc.flatN, sc.flatFault, sc.flatRuns)
 		fmt.Fprintf(w, "ours-block = EnqueueContext (waits for room); the peers' Enqueue blocks on a 100-slot channel; "+
 			"the peers drain before Close (as in the classic table).\n\n")
 		fmt.Fprintf(w, "| SDK | clean ev/s | %s ev/s | ratio | clean wall s | %s wall s | %s lost | %s rejected |\n",
 			sc.flatFault, sc.flatFault, sc.flatFault, sc.flatFault)
 		fmt.Fprintf(w, "|%s\n", strings.Repeat("---|", 8))
 		for _, sdk := range sc.flatSDKs {
-			var clean, bad *record
-			for _, r := range rs {
-				if r.SDK == sdk && r.Fault == sink.FaultNone {
-					clean = r
+			med := func(fault string, get func(*record) float64) (float64, bool) {
+				var xs []float64
+				for _, r := range rs {
+					if r.SDK == sdk && r.Fault == fault {
+						xs = append(xs, get(r))
+					}
 				}
-				if r.SDK == sdk && r.Fault == sc.flatFault {
-					bad = r
-				}
+				return median(xs), len(xs) > 0
 			}
-			if clean == nil || bad == nil {
+			rate := func(r *record) float64 { return r.d.EventsPerS }
+			wall := func(r *record) float64 { return r.d.WallS }
+			cleanRate, ok1 := med(sink.FaultNone, rate)
+			badRate, ok2 := med(sc.flatFault, rate)
+			if !ok1 || !ok2 {
 				continue
 			}
 			ratio := math.NaN()
-			if clean.d.EventsPerS > 0 {
-				ratio = bad.d.EventsPerS / clean.d.EventsPerS
+			if cleanRate > 0 {
+				ratio = badRate / cleanRate
 			}
-			fmt.Fprintf(w, "| %s | %.0f | %.0f | %.2f× | %.2f | %.2f | %d | %d |\n", sdk, clean.d.EventsPerS,
-				bad.d.EventsPerS, ratio, clean.d.WallS, bad.d.WallS, bad.lost()-bad.d.TrackErrors, bad.d.TrackErrors)
+			cleanWall, _ := med(sink.FaultNone, wall)
+			badWall, _ := med(sc.flatFault, wall)
+			lost, _ := med(sc.flatFault, func(r *record) float64 { return float64(r.lost() - r.d.TrackErrors) })
+			rej, _ := med(sc.flatFault, func(r *record) float64 { return float64(r.d.TrackErrors) })
+			fmt.Fprintf(w, "| %s | %.0f | %.0f | %.2f× | %.2f | %.2f | %.0f | %.0f |\n", sdk, cleanRate,
+				badRate, ratio, cleanWall, badWall, lost, rej)
 		}
 	}
 
