@@ -428,7 +428,8 @@ func main() {
 	}
 	res := Result{SDK: *sdk, N: *n, GOMAXPROCS: runtime.GOMAXPROCS(0), RateTarget: *rate}
 
-	var accepted atomic.Int64
+	var accepted atomic.Int64 // kept only with -sample (pending events of the peers)
+	var queueFull int64       // rejections with ErrQueueFull itself: the classic run's hot path stays a counter
 	var smp *sampler
 	if *sample > 0 {
 		smp = startSampler(*sample, func() int64 {
@@ -445,7 +446,9 @@ func main() {
 			enqMS[i] = ms
 		}
 		if err == nil {
-			accepted.Add(1)
+			if smp != nil {
+				accepted.Add(1)
+			}
 			return
 		}
 		if res.TrackErrors == 0 {
@@ -453,7 +456,11 @@ func main() {
 			res.Rejected = map[string]int64{}
 		}
 		res.TrackErrors++
-		res.Rejected[reason(err)]++
+		if err == ours.ErrQueueFull {
+			queueFull++
+		} else {
+			res.Rejected[reason(err)]++
+		}
 		lg.set(i, evRejected)
 	}
 	tp := time.Now() // pacing starts once the client exists
@@ -482,6 +489,9 @@ func main() {
 		}
 	}
 	tEnq := time.Now()
+	if queueFull > 0 {
+		res.Rejected[reason(ours.ErrQueueFull)] += queueFull
+	}
 	if d := tEnq.Sub(tp); d > 0 {
 		res.RateAchieved = float64(*n) / d.Seconds()
 	}
