@@ -14,7 +14,7 @@ mkdir -p bin results
 go build -o bin/ ./cmd/sink ./cmd/driver ./cmd/compare
 
 if [[ "${QUICK:-0}" == "1" ]]; then
-	exec ./bin/compare -n 20000 -runs 1 -fault-n 20000 \
+	exec ./bin/compare -n 20000 -runs 1 -faults 500 -fault-n 20000 \
 		-paced-n 40000 -flat-n 20000 -flat-runs 1 -outage 5s -outage-after 1s -outage-tail 2s "$@"
 fi
 exec ./bin/compare "$@"
