@@ -27,7 +27,7 @@ func TestAccountSplitsLostFromToldAndComputesTheBacklog(t *testing.T) {
 		evDropped,    // 7: dropped, not at the sink: lost
 		evNone,       // 8: enqueued during the outage, delivered 2.5 s after recovery
 		// backlog: 1, 3, 5, 7 (never at the sink) and 8
-		evNone,       // 9: enqueued after recovery: not backlog
+		evNone, // 9: enqueued after recovery: not backlog
 	}}
 	ms := func(d time.Duration) uint32 { return uint32(d/time.Millisecond) + 1 }
 	seen := []uint32{ms(100 * time.Millisecond), 0, 0, 0, ms(time.Second), 0, ms(200 * time.Millisecond), 0,
