@@ -5,6 +5,7 @@ go 1.25
 require (
 	github.com/posthog/posthog-go v1.5.2
 	github.com/relaykit/analytics-go v0.0.0
+	go.uber.org/goleak v1.3.0
 	gopkg.in/segmentio/analytics-go.v3 v3.1.0
 )
 

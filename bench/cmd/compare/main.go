@@ -2,7 +2,8 @@
 // sink process, runs one driver process against it, collects the driver's
 // JSON line and the sink's stats, and stops the sink. SDKs are interleaved
 // within a round (ours, segment, posthog, …) so drift in machine load
-// spreads over all of them. It prints one Markdown table of medians.
+// spreads over all of them. It prints one Markdown table of medians (the
+// classic comparison) and then the scenario tables (scenarios.go).
 package main
 
 import (
@@ -30,33 +31,59 @@ import (
 
 // driverResult mirrors the driver's JSON line (fields the report uses).
 type driverResult struct {
-	SDK          string          `json:"sdk"`
-	N            int             `json:"n"`
-	WallS        float64         `json:"wall_s"`
-	EnqueueS     float64         `json:"enqueue_s"`
-	TrackErrors  int64           `json:"track_errors"`
-	CloseError   string          `json:"close_error"`
-	CloseTimeout bool            `json:"close_timeout"`
-	CPUUSPerEv   float64         `json:"cpu_us_per_event"`
-	MallocsPerEv float64         `json:"mallocs_per_event"`
-	BytesPerEv   float64         `json:"bytes_per_event"`
-	PeakRSSKB    int64           `json:"peak_rss_kb"`
-	Delivered    int64           `json:"delivered"`
-	EventsPerS   float64         `json:"events_per_s"`
-	Ours         json.RawMessage `json:"ours_stats"`
-	CBSuccess    int64           `json:"cb_success"`
-	CBFailure    int64           `json:"cb_failure"`
+	SDK          string           `json:"sdk"`
+	N            int              `json:"n"`
+	WallS        float64          `json:"wall_s"`
+	EnqueueS     float64          `json:"enqueue_s"`
+	TrackErrors  int64            `json:"track_errors"`
+	CloseError   string           `json:"close_error"`
+	CloseTimeout bool             `json:"close_timeout"`
+	CPUUSPerEv   float64          `json:"cpu_us_per_event"`
+	MallocsPerEv float64          `json:"mallocs_per_event"`
+	BytesPerEv   float64          `json:"bytes_per_event"`
+	PeakRSSKB    int64            `json:"peak_rss_kb"`
+	Delivered    int64            `json:"delivered"`
+	EventsPerS   float64          `json:"events_per_s"`
+	Ours         json.RawMessage  `json:"ours_stats"`
+	CBSuccess    int64            `json:"cb_success"`
+	CBFailure    int64            `json:"cb_failure"`
+	RateAchieved float64          `json:"rate_achieved"`
+	Rejected     map[string]int64 `json:"rejected"`
+	CloseS       float64          `json:"close_s"`
+	PeakHeapB    uint64           `json:"peak_heap_b"`
+	PeakRSSB     uint64           `json:"peak_rss_b"`
+	Outcomes     *outcomes        `json:"outcomes"`
+}
+
+// outcomes mirrors the driver's Outcomes.
+type outcomes struct {
+	AtSink             int64   `json:"at_sink"`
+	Rejected           int64   `json:"rejected"`
+	Failed             int64   `json:"failed"`
+	HandedBack         int64   `json:"handed_back"`
+	Abandoned          int64   `json:"abandoned"`
+	Dropped            int64   `json:"dropped"`
+	Lost               int64   `json:"lost"`
+	ToldButAtSink      int64   `json:"told_but_at_sink"`
+	OutageS            float64 `json:"outage_s"`
+	Backlog            int64   `json:"backlog"`
+	BacklogDeliveredS  float64 `json:"backlog_delivered_s"`
+	BacklogUndelivered int64   `json:"backlog_undelivered"`
+	OutagePeakHeapB    uint64  `json:"outage_peak_heap_b"`
+	OutagePeakRSSB     uint64  `json:"outage_peak_rss_b"`
+	OutagePeakPending  int64   `json:"outage_peak_pending"`
 }
 
 // record is one run: what the driver and the sink reported.
 type record struct {
-	Round  int             `json:"round"` // run index within (N, fault)
-	Fault  string          `json:"fault"`
-	N      int             `json:"n"`
-	SDK    string          `json:"sdk"`
-	Driver json.RawMessage `json:"driver"`
-	Sink   sink.Stats      `json:"sink"`
-	d      driverResult
+	Scenario string          `json:"scenario,omitempty"` // "" for the classic table
+	Round    int             `json:"round"`              // run index within (N, fault)
+	Fault    string          `json:"fault"`
+	N        int             `json:"n"`
+	SDK      string          `json:"sdk"`
+	Driver   json.RawMessage `json:"driver"`
+	Sink     sink.Stats      `json:"sink"`
+	d        driverResult
 }
 
 func (r *record) lost() int64 { return int64(r.N) - r.Sink.DistinctSeq }
@@ -75,6 +102,8 @@ type options struct {
 	timeout       time.Duration
 	seed          uint64
 	driverProfile string
+	classic       bool
+	sc            scenarioOptions
 }
 
 func main() {
@@ -89,6 +118,8 @@ func main() {
 	flag.IntVar(&o.faultN, "fault-n", 200000, "event count of the fault runs")
 	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "driver Close deadline")
 	flag.Uint64Var(&o.seed, "seed", 1, "base seed of the sink's fault RNG (same for every SDK in a round)")
+	flag.BoolVar(&o.classic, "classic", true, "run the classic comparison (-n, -runs, -faults)")
+	scenarioFlags(&o.sc)
 	flag.Parse()
 	o.sdks = split(sdks)
 	for _, s := range split(ns) {
@@ -116,11 +147,17 @@ func main() {
 	}
 	var plans []plan
 	for _, n := range o.ns {
+		if !o.classic {
+			break
+		}
 		for r := 0; r < o.runs; r++ {
 			plans = append(plans, plan{n, r, sink.FaultNone})
 		}
 	}
 	for _, f := range o.faults {
+		if !o.classic {
+			break
+		}
 		plans = append(plans, plan{o.faultN, 0, f})
 	}
 
@@ -128,7 +165,7 @@ func main() {
 	var recs []*record
 	for _, p := range plans {
 		for _, sdk := range o.sdks {
-			rec, err := runOne(&o, sdk, p.n, p.fault, p.round)
+			rec, err := runOne(&o, spec{sdk: sdk, n: p.n, fault: p.fault, round: p.round})
 			if err != nil {
 				log.Fatalf("%s n=%d fault=%s: %v", sdk, p.n, p.fault, err)
 			}
@@ -141,10 +178,17 @@ func main() {
 	}
 
 	var md bytes.Buffer
-	fmt.Fprintf(&md, "Go %s, GOMAXPROCS %d, %s/%s; medians of %d no-fault runs, 1 run per fault; total bench time %s.\n\n",
-		runtime.Version(), runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, o.runs, time.Since(start).Round(time.Second))
-	writeTable(&md, &o, recs)
-	writeNotes(&md, recs)
+	if len(recs) > 0 {
+		fmt.Fprintf(&md, "Go %s, GOMAXPROCS %d, %s/%s; medians of %d no-fault runs, 1 run per fault; classic bench time %s.\n\n",
+			runtime.Version(), runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, o.runs, time.Since(start).Round(time.Second))
+		writeTable(&md, &o, recs)
+		writeNotes(&md, recs)
+	}
+	srecs, err := runScenarios(&o, jsonl)
+	if err != nil {
+		log.Fatal(err)
+	}
+	writeScenarios(&md, &o, srecs)
 	os.Stdout.Write(md.Bytes())
 	_ = os.WriteFile(filepath.Join(o.outDir, stamp+".md"), md.Bytes(), 0o644)
 	fmt.Fprintf(os.Stderr, "raw results: %s\n", jsonl.Name())
@@ -160,9 +204,22 @@ func split(s string) []string {
 	return out
 }
 
+// spec is one run: the SDK, the workload and the sink's behaviour.
+type spec struct {
+	sdk      string
+	n        int
+	fault    string
+	round    int
+	scenario string   // "" for the classic table
+	sinkArgs []string // extra sink flags
+	drvArgs  []string // extra driver flags
+}
+
 // runOne starts a sink, runs one driver against it and stops the sink.
-func runOne(o *options, sdk string, n int, fault string, round int) (*record, error) {
-	sk := exec.Command(filepath.Join(o.bin, "sink"), "-fault", fault, "-seed", strconv.FormatUint(o.seed+uint64(round), 10))
+func runOne(o *options, sp spec) (*record, error) {
+	sdk, n, fault, round := sp.sdk, sp.n, sp.fault, sp.round
+	sk := exec.Command(filepath.Join(o.bin, "sink"), append([]string{"-fault", fault,
+		"-seed", strconv.FormatUint(o.seed+uint64(round), 10)}, sp.sinkArgs...)...)
 	sk.Stderr = os.Stderr
 	out, err := sk.StdoutPipe()
 	if err != nil {
@@ -186,14 +243,14 @@ func runOne(o *options, sdk string, n int, fault string, round int) (*record, er
 
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout+time.Minute)
 	defer cancel()
-	drv := exec.CommandContext(ctx, filepath.Join(o.bin, "driver"),
-		"-sdk", sdk, "-n", strconv.Itoa(n), "-endpoint", base, "-timeout", o.timeout.String())
+	drv := exec.CommandContext(ctx, filepath.Join(o.bin, "driver"), append([]string{
+		"-sdk", sdk, "-n", strconv.Itoa(n), "-endpoint", base, "-timeout", o.timeout.String()}, sp.drvArgs...)...)
 	drv.Stderr = os.Stderr
 	line, err := drv.Output()
 	if err != nil {
 		return nil, fmt.Errorf("driver: %v", err)
 	}
-	rec := &record{Round: round, Fault: fault, N: n, SDK: sdk, Driver: bytes.TrimSpace(line)}
+	rec := &record{Scenario: sp.scenario, Round: round, Fault: fault, N: n, SDK: sdk, Driver: bytes.TrimSpace(line)}
 	if err := json.Unmarshal(line, &rec.d); err != nil {
 		return nil, fmt.Errorf("driver output %q: %v", line, err)
 	}
@@ -243,6 +300,7 @@ var metrics = []metric{
 	{"dups", func(r *record) float64 { return float64(r.dups()) }, false, "%.0f"},
 	{"rejected", func(r *record) float64 { return float64(r.d.TrackErrors) }, false, "%.0f"},
 	{"sink CPU µs/ev", func(r *record) float64 { return r.sinkCPU() }, false, "%.2f"},
+	{"gate viol.", func(r *record) float64 { return float64(r.Sink.GateViolations) }, false, "%.0f"},
 }
 
 func writeTable(w io.Writer, o *options, recs []*record) {

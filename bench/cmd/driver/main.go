@@ -6,21 +6,32 @@
 // caller ({"plan":"pro","amount":i,"currency":"EUR","trial":false}); then
 // Close with a generous deadline. properties.amount is the loop index, which
 // the sink uses as the per-run event identity (lost/duplicate counting).
+//
+// -rate paces the calls by wall time (every millisecond or so it makes the
+// calls that are due); without it they go flat out. -outcomes follows every
+// event to its end (rejected, delivered, failed, handed back, abandoned,
+// lost) by combining the SDK's callbacks with the sink's record of what it
+// received. -sample records heap, RSS and pending events over time, to find
+// the peaks during a sink outage.
 package main
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"net/http"
 	"os"
 	"runtime"
+	"runtime/metrics"
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -70,6 +81,89 @@ type Result struct {
 	Ours      *ours.Stats `json:"ours_stats,omitempty"`
 	CBSuccess int64       `json:"cb_success,omitempty"` // segment/posthog Callback.Success calls
 	CBFailure int64       `json:"cb_failure,omitempty"` // segment/posthog Callback.Failure calls
+
+	// Pacing (-rate) and Close.
+	RateTarget   float64          `json:"rate_target,omitempty"` // -rate, events/s (0 = flat out)
+	RateAchieved float64          `json:"rate_achieved"`         // N / (first call → last call returned)
+	Rejected     map[string]int64 `json:"rejected,omitempty"`    // track errors by reason
+	CloseS       float64          `json:"close_s"`               // Close called → returned (or its deadline)
+
+	// -outcomes: every event's end, from the SDK's callbacks and the sink's
+	// /seen. Each accepted event is delivered (at the sink), failed or
+	// handed back (the app was told through OnError/Callback.Failure),
+	// abandoned or dropped (peers: Callback.Failure while Close runs, or
+	// ErrTooManyRequests), or nothing at all.
+	Outcomes  *Outcomes `json:"outcomes,omitempty"`
+	Samples   int       `json:"samples,omitempty"`     // -sample: samples taken
+	PeakHeapB uint64    `json:"peak_heap_b,omitempty"` // -sample: most heap object bytes in any sample
+	PeakRSSB  uint64    `json:"peak_rss_b,omitempty"`  // -sample: most resident bytes in any sample
+}
+
+// Outcomes is the per-event accounting of a run (-outcomes).
+type Outcomes struct {
+	AtSink     int64 `json:"at_sink"`     // events the sink recorded (distinct)
+	Rejected   int64 `json:"rejected"`    // the enqueue call returned an error
+	Failed     int64 `json:"failed"`      // told: OnError with a failure (ours), Callback.Failure before Close (peers)
+	HandedBack int64 `json:"handed_back"` // told: OnError with ErrShutdownInterrupted (ours)
+	Abandoned  int64 `json:"abandoned"`   // peers: Callback.Failure while Close ran (their Close gives up on retries)
+	Dropped    int64 `json:"dropped"`     // peers: Callback.Failure with ErrTooManyRequests (1000 sends in flight)
+	// Lost: the sink never got it and the app was not told, or (peers) it
+	// was abandoned or dropped. The count of events, not at the sink, that
+	// were neither rejected, failed nor handed back.
+	Lost int64 `json:"lost"`
+	// ToldButAtSink: failed or handed back, yet the sink has it (a lost
+	// acknowledgement).
+	ToldButAtSink int64 `json:"told_but_at_sink"`
+
+	// Outage (the sink reported a window): the backlog is every accepted
+	// event enqueued before the sink recovered that the sink had not
+	// recorded by then. BacklogDeliveredS is how long after the recovery the
+	// last of them reached the sink; BacklogUndelivered never did.
+	OutageS            float64 `json:"outage_s,omitempty"`
+	Backlog            int64   `json:"backlog,omitempty"`
+	BacklogDeliveredS  float64 `json:"backlog_delivered_s,omitempty"`
+	BacklogUndelivered int64   `json:"backlog_undelivered,omitempty"`
+	OutagePeakHeapB    uint64  `json:"outage_peak_heap_b,omitempty"`      // -sample: most heap object bytes during the outage
+	OutagePeakRSSB     uint64  `json:"outage_peak_rss_b,omitempty"`       // -sample: most resident bytes during the outage
+	OutagePeakPending  int64   `json:"outage_peak_pending,omitempty"`     // -sample: most accepted-but-unsettled events during the outage
+	OutagePeakPendingE int64   `json:"outage_peak_pending_end,omitempty"` // pending at the outage's end
+}
+
+// Per-event outcome codes (-outcomes).
+const (
+	evNone uint8 = iota
+	evRejected
+	evFailed
+	evHandedBack
+	evAbandoned
+	evDropped
+)
+
+// ledger records each event's outcome (-outcomes); callbacks run on the
+// SDKs' goroutines.
+type ledger struct {
+	mu      sync.Mutex
+	out     []uint8
+	closing atomic.Bool // Close has been called (peers: failures now mean abandoned)
+}
+
+func (l *ledger) set(i int, o uint8) {
+	if l == nil || i < 0 {
+		return
+	}
+	l.mu.Lock()
+	if i < len(l.out) {
+		l.out[i] = o
+	}
+	l.mu.Unlock()
+}
+
+// amountOf returns properties.amount of a message the SDK hands back.
+func amountOf(p map[string]any) int {
+	if v, ok := p["amount"].(int); ok {
+		return v
+	}
+	return -1
 }
 
 type quiet struct{}
@@ -79,15 +173,58 @@ func (quiet) Errorf(string, ...any) {}
 
 type counter struct{ ok, failed atomic.Int64 }
 
-type segCallback struct{ *counter }
+// peerOutcome classifies a peer's Callback.Failure: ErrTooManyRequests is a
+// drop, a failure while Close runs is an abandoned retry, anything else a
+// failure after its attempts ran out.
+func peerOutcome(lg *ledger, err, tooMany error) uint8 {
+	switch {
+	case errors.Is(err, tooMany):
+		return evDropped
+	case lg.closing.Load():
+		return evAbandoned
+	}
+	return evFailed
+}
 
-func (c segCallback) Success(segment.Message)        { c.ok.Add(1) }
-func (c segCallback) Failure(segment.Message, error) { c.failed.Add(1) }
+type segCallback struct {
+	*counter
+	lg *ledger
+}
 
-type phCallback struct{ *counter }
+func (c segCallback) Success(segment.Message) { c.ok.Add(1) }
+func (c segCallback) Failure(m segment.Message, err error) {
+	c.failed.Add(1)
+	if c.lg == nil {
+		return
+	}
+	o := peerOutcome(c.lg, err, segment.ErrTooManyRequests)
+	switch t := m.(type) {
+	case segment.Track:
+		c.lg.set(amountOf(t.Properties), o)
+	case *segment.Track:
+		c.lg.set(amountOf(t.Properties), o)
+	}
+}
 
-func (c phCallback) Success(posthog.APIMessage)        { c.ok.Add(1) }
-func (c phCallback) Failure(posthog.APIMessage, error) { c.failed.Add(1) }
+type phCallback struct {
+	*counter
+	lg *ledger
+}
+
+func (c phCallback) Success(posthog.APIMessage) { c.ok.Add(1) }
+func (c phCallback) Failure(m posthog.APIMessage, err error) {
+	c.failed.Add(1)
+	if c.lg == nil {
+		return
+	}
+	o := peerOutcome(c.lg, err, posthog.ErrTooManyRequests)
+	switch t := m.(type) {
+	case posthog.CaptureInApi:
+		c.lg.set(amountOf(t.Properties), o)
+	case *posthog.CaptureInApi:
+		c.lg.set(amountOf(t.Properties), o)
+	}
+}
 
 // client is the part of an SDK the workload uses.
 type client struct {
@@ -100,9 +237,11 @@ type client struct {
 	// idle (segment, posthog) reports that no request is in flight and no
 	// batch is waiting for a retry.
 	idle func() bool
+	// pending is how many accepted events have no outcome yet.
+	pending func(accepted int64) int64
 }
 
-func newClient(ctx context.Context, sdk, endpoint string, drain bool) (*client, error) {
+func newClient(ctx context.Context, sdk, endpoint string, drain bool, lg *ledger) (*client, error) {
 	switch sdk {
 	case "ours", "ours-block":
 		// Defaults except the endpoint (FlushAt 250, 8 consumers, queue
@@ -113,7 +252,25 @@ func newClient(ctx context.Context, sdk, endpoint string, drain bool) (*client, 
 		// EnqueueContext, which waits for queue room (until the -timeout
 		// deadline) like segment's and posthog's Enqueue do implicitly (they
 		// block on a 100-slot channel).
-		c, err := ours.New(writeKey, ours.WithEndpoint(endpoint))
+		opts := []ours.Option{ours.WithEndpoint(endpoint)}
+		if lg != nil {
+			// Only with -outcomes: how the app is told what failed.
+			opts = append(opts, ours.WithOnError(func(err error, evs []ours.Message) {
+				o := evFailed
+				if errors.Is(err, ours.ErrShutdownInterrupted) {
+					o = evHandedBack
+				}
+				for _, m := range evs {
+					switch t := m.(type) {
+					case ours.Track:
+						lg.set(amountOf(t.Properties), o)
+					case *ours.Track:
+						lg.set(amountOf(t.Properties), o)
+					}
+				}
+			}))
+		}
+		c, err := ours.New(writeKey, opts...)
 		if err != nil {
 			return nil, err
 		}
@@ -130,9 +287,10 @@ func newClient(ctx context.Context, sdk, endpoint string, drain bool) (*client, 
 			}
 		}
 		return &client{
-			track: track,
-			close: c.Close,
-			after: func(r *Result) { s := c.Stats(); r.Ours = &s },
+			track:   track,
+			close:   c.Close,
+			after:   func(r *Result) { s := c.Stats(); r.Ours = &s },
+			pending: func(int64) int64 { return c.Stats().Pending },
 		}, nil
 	case "segment":
 		// Defaults (BatchSize 250, Interval 5 s, default transport, 10
@@ -143,7 +301,7 @@ func newClient(ctx context.Context, sdk, endpoint string, drain bool) (*client, 
 		c, err := segment.NewWithConfig(writeKey, segment.Config{
 			Endpoint:  endpoint,
 			Logger:    quiet{},
-			Callback:  segCallback{cnt},
+			Callback:  segCallback{cnt, lg},
 			Transport: tr.transport(drain),
 		})
 		if err != nil {
@@ -159,6 +317,7 @@ func newClient(ctx context.Context, sdk, endpoint string, drain bool) (*client, 
 			after:   func(r *Result) { r.CBSuccess, r.CBFailure = cnt.ok.Load(), cnt.failed.Load() },
 			settled: func() int64 { return cnt.ok.Load() + cnt.failed.Load() },
 			idle:    tr.idle,
+			pending: func(acc int64) int64 { return acc - cnt.ok.Load() - cnt.failed.Load() },
 		}, nil
 	case "posthog":
 		// Defaults (BatchSize 250, Interval 5 s, default transport, 10
@@ -170,7 +329,7 @@ func newClient(ctx context.Context, sdk, endpoint string, drain bool) (*client, 
 		c, err := posthog.NewWithConfig(writeKey, posthog.Config{
 			Endpoint:  endpoint,
 			Logger:    quiet{},
-			Callback:  phCallback{cnt},
+			Callback:  phCallback{cnt, lg},
 			Transport: tr.transport(drain),
 		})
 		if err != nil {
@@ -186,6 +345,7 @@ func newClient(ctx context.Context, sdk, endpoint string, drain bool) (*client, 
 			after:   func(r *Result) { r.CBSuccess, r.CBFailure = cnt.ok.Load(), cnt.failed.Load() },
 			settled: func() int64 { return cnt.ok.Load() + cnt.failed.Load() },
 			idle:    tr.idle,
+			pending: func(acc int64) int64 { return acc - cnt.ok.Load() - cnt.failed.Load() },
 		}, nil
 	}
 	return nil, fmt.Errorf("unknown -sdk %q (ours, ours-block, segment, posthog)", sdk)
@@ -212,6 +372,10 @@ func main() {
 	endpoint := flag.String("endpoint", "", "sink base URL, e.g. http://127.0.0.1:8080")
 	statsURL := flag.String("stats", "", "sink stats URL (default <endpoint>/stats; \"-\" to skip)")
 	timeout := flag.Duration("timeout", 10*time.Minute, "deadline for the whole run (enqueue, drain and Close)")
+	closeTimeout := flag.Duration("close-timeout", 0, "deadline for Close alone (0: what is left of -timeout)")
+	rate := flag.Float64("rate", 0, "pace the track calls at this many events/s by wall time (0: flat out)")
+	outcomes := flag.Bool("outcomes", false, "follow every event to its end (registers ours' OnError; needs the sink's /seen)")
+	sample := flag.Duration("sample", 0, "sample heap, RSS and pending events at this interval (0: off)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile (New → Close) to this file")
 	memprofile := flag.String("memprofile", "", "write an allocation profile (every allocation sampled) to this file")
 	drain := flag.Bool("drain", true, "segment/posthog: before Close, wait until every dispatched batch has a final "+
@@ -228,6 +392,12 @@ func main() {
 	users := make([]string, numUsers)
 	for i := range users {
 		users[i] = "user-" + strconv.Itoa(i)
+	}
+	var lg *ledger
+	var enqMS []int32 // -outcomes: ms since t0 at which event i was offered
+	if *outcomes {
+		lg = &ledger{out: make([]uint8, *n)}
+		enqMS = make([]int32, *n)
 	}
 
 	if *cpuprofile != "" {
@@ -252,20 +422,79 @@ func main() {
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
 
-	c, err := newClient(ctx, *sdk, *endpoint, *drain)
+	c, err := newClient(ctx, *sdk, *endpoint, *drain, lg)
 	if err != nil {
 		log.Fatal(err)
 	}
-	res := Result{SDK: *sdk, N: *n, GOMAXPROCS: runtime.GOMAXPROCS(0)}
-	for i := 0; i < *n; i++ {
-		if err := c.track(i, users[i%numUsers]); err != nil {
-			if res.TrackErrors == 0 {
-				res.FirstError = err.Error()
+	res := Result{SDK: *sdk, N: *n, GOMAXPROCS: runtime.GOMAXPROCS(0), RateTarget: *rate}
+
+	var accepted atomic.Int64 // kept only with -sample (pending events of the peers)
+	var queueFull int64       // rejections with ErrQueueFull itself: the classic run's hot path stays a counter
+	var smp *sampler
+	if *sample > 0 {
+		smp = startSampler(*sample, func() int64 {
+			if c.pending == nil {
+				return 0
 			}
-			res.TrackErrors++
+			return c.pending(accepted.Load())
+		})
+	}
+
+	call := func(i int, ms int32) {
+		err := c.track(i, users[i%numUsers])
+		if enqMS != nil {
+			enqMS[i] = ms
+		}
+		if err == nil {
+			if smp != nil {
+				accepted.Add(1)
+			}
+			return
+		}
+		if res.TrackErrors == 0 {
+			res.FirstError = err.Error()
+			res.Rejected = map[string]int64{}
+		}
+		res.TrackErrors++
+		if err == ours.ErrQueueFull {
+			queueFull++
+		} else {
+			res.Rejected[reason(err)]++
+		}
+		lg.set(i, evRejected)
+	}
+	tp := time.Now() // pacing starts once the client exists
+	if *rate > 0 {
+		// Every iteration makes the calls that are due by now, then sleeps
+		// until the next one is due (at least 1 ms): bursts of ~rate/1000.
+		for i := 0; i < *n; {
+			el := time.Since(tp)
+			due := min(int(el.Seconds()**rate)+1, *n)
+			ms := int32(time.Since(t0) / time.Millisecond)
+			for ; i < due; i++ {
+				call(i, ms)
+			}
+			if i < *n {
+				next := time.Duration(float64(i) / *rate * 1e9)
+				time.Sleep(max(next-time.Since(tp), time.Millisecond))
+			}
+		}
+	} else {
+		var ms int32
+		for i := 0; i < *n; i++ {
+			if enqMS != nil && i%256 == 0 {
+				ms = int32(time.Since(t0) / time.Millisecond)
+			}
+			call(i, ms)
 		}
 	}
 	tEnq := time.Now()
+	if queueFull > 0 {
+		res.Rejected[reason(ours.ErrQueueFull)] += queueFull
+	}
+	if d := tEnq.Sub(tp); d > 0 {
+		res.RateAchieved = float64(*n) / d.Seconds()
+	}
 	if *drain && c.settled != nil {
 		// Their Close aborts batches that wait for a retry. Wait until every
 		// dispatched batch has a final outcome: at most one open batch (< 250
@@ -277,12 +506,32 @@ func main() {
 		}
 		res.DrainS = time.Since(tEnq).Seconds()
 	}
-	cerr := c.close(ctx)
+	cctx := ctx
+	if *closeTimeout > 0 {
+		var ccancel context.CancelFunc
+		cctx, ccancel = context.WithTimeout(ctx, *closeTimeout)
+		defer ccancel()
+	}
+	if lg != nil {
+		lg.closing.Store(true)
+	}
+	tc := time.Now()
+	cerr := c.close(cctx)
 	t1 := time.Now()
+	res.CloseS = t1.Sub(tc).Seconds()
 	ru1 := rusage.Self()
 	runtime.ReadMemStats(&m1)
 	if *cpuprofile != "" {
 		pprof.StopCPUProfile()
+	}
+	var samples []sampleT
+	if smp != nil {
+		samples = smp.stop()
+		res.Samples = len(samples)
+		for _, x := range samples {
+			res.PeakHeapB = max(res.PeakHeapB, x.heap)
+			res.PeakRSSB = max(res.PeakRSSB, x.rss)
+		}
 	}
 
 	if *memprofile != "" {
@@ -321,11 +570,174 @@ func main() {
 			if res.WallS > 0 {
 				res.EventsPerS = float64(st.DistinctSeq) / res.WallS
 			}
+			if lg != nil {
+				seenURL := strings.TrimSuffix(*statsURL, "/stats") + "/seen"
+				if sinkStart, seen, err := fetchSeen(seenURL); err != nil {
+					res.SinkStatErr = err.Error()
+				} else {
+					res.Outcomes = account(lg, seen, sinkStart, t0, enqMS, st, samples)
+				}
+			}
 		}
 	}
 	if err := json.NewEncoder(os.Stdout).Encode(res); err != nil {
 		log.Fatal(err)
 	}
+}
+
+// reason names a track error for the rejected-by-reason counts.
+func reason(err error) string {
+	switch {
+	case errors.Is(err, ours.ErrQueueFull):
+		return "queue full"
+	case errors.Is(err, ours.ErrClosed), errors.Is(err, segment.ErrClosed), errors.Is(err, posthog.ErrClosed):
+		return "closed"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "deadline"
+	}
+	return err.Error()
+}
+
+// account combines the ledger with the sink's first-seen times.
+func account(lg *ledger, seen []uint32, sinkStart, t0 time.Time, enqMS []int32, st sink.Stats, samples []sampleT) *Outcomes {
+	lg.mu.Lock()
+	defer lg.mu.Unlock()
+	o := &Outcomes{}
+	var recovery, outStart time.Time
+	if st.OutageEndUnixNS != 0 {
+		outStart = time.Unix(0, st.OutageStartUnixNS)
+		recovery = time.Unix(0, st.OutageEndUnixNS)
+		o.OutageS = recovery.Sub(outStart).Seconds()
+	}
+	var lastBacklog time.Time
+	for i, ev := range lg.out {
+		var at time.Time // zero: never at the sink
+		if i < len(seen) && seen[i] != 0 {
+			at = sinkStart.Add(time.Duration(seen[i]-1) * time.Millisecond)
+			o.AtSink++
+		}
+		switch ev {
+		case evRejected:
+			o.Rejected++
+			continue
+		case evFailed:
+			o.Failed++
+		case evHandedBack:
+			o.HandedBack++
+		case evAbandoned:
+			o.Abandoned++
+		case evDropped:
+			o.Dropped++
+		}
+		told := ev == evFailed || ev == evHandedBack
+		switch {
+		case at.IsZero() && !told:
+			o.Lost++
+		case !at.IsZero() && told:
+			o.ToldButAtSink++
+		}
+		if !recovery.IsZero() && t0.Add(time.Duration(enqMS[i])*time.Millisecond).Before(recovery) &&
+			(at.IsZero() || at.After(recovery)) {
+			o.Backlog++
+			if at.IsZero() {
+				o.BacklogUndelivered++
+			} else if at.After(lastBacklog) {
+				lastBacklog = at
+			}
+		}
+	}
+	if !lastBacklog.IsZero() {
+		o.BacklogDeliveredS = lastBacklog.Sub(recovery).Seconds()
+	}
+	if !recovery.IsZero() {
+		for _, x := range samples {
+			if x.t.Before(outStart) || x.t.After(recovery) {
+				continue
+			}
+			o.OutagePeakHeapB = max(o.OutagePeakHeapB, x.heap)
+			o.OutagePeakRSSB = max(o.OutagePeakRSSB, x.rss)
+			o.OutagePeakPending = max(o.OutagePeakPending, x.pending)
+			o.OutagePeakPendingE = x.pending
+		}
+	}
+	return o
+}
+
+// sampleT is one -sample observation.
+type sampleT struct {
+	t         time.Time
+	heap, rss uint64
+	pending   int64
+}
+
+type sampler struct {
+	stopc chan struct{}
+	done  chan []sampleT
+}
+
+// startSampler records heap object bytes (runtime/metrics, no stop-the-world),
+// resident bytes (/proc/self/statm) and pending events every interval.
+func startSampler(every time.Duration, pending func() int64) *sampler {
+	s := &sampler{stopc: make(chan struct{}), done: make(chan []sampleT, 1)}
+	go func() {
+		ms := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+		var out []sampleT
+		tk := time.NewTicker(every)
+		defer tk.Stop()
+		for {
+			metrics.Read(ms)
+			var heap uint64
+			if ms[0].Value.Kind() == metrics.KindUint64 {
+				heap = ms[0].Value.Uint64()
+			}
+			out = append(out, sampleT{t: time.Now(), heap: heap, rss: rss(), pending: pending()})
+			select {
+			case <-tk.C:
+			case <-s.stopc:
+				s.done <- out
+				return
+			}
+		}
+	}()
+	return s
+}
+
+func (s *sampler) stop() []sampleT { close(s.stopc); return <-s.done }
+
+// rss returns the resident set size from /proc/self/statm (0 elsewhere).
+func rss() uint64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return 0
+	}
+	pages, _ := strconv.ParseUint(f[1], 10, 64)
+	return pages * uint64(os.Getpagesize())
+}
+
+func fetchSeen(url string) (time.Time, []uint32, error) {
+	hc := &http.Client{Timeout: 30 * time.Second}
+	resp, err := hc.Get(url)
+	if err != nil {
+		return time.Time{}, nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return time.Time{}, nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || len(b) < 8 {
+		return time.Time{}, nil, fmt.Errorf("GET %s: %d bytes, %v", url, len(b), err)
+	}
+	start := time.Unix(0, int64(binary.LittleEndian.Uint64(b)))
+	seen := make([]uint32, (len(b)-8)/4)
+	for i := range seen {
+		seen[i] = binary.LittleEndian.Uint32(b[8+4*i:])
+	}
+	return start, seen, nil
 }
 
 func fetchStats(url string) (sink.Stats, error) {

@@ -1,4 +1,5 @@
-// Command sink runs the benchmark sink (package sink) on a loopback port.
+// Command sink runs the benchmark sink (package sink) on a loopback port,
+// with an optional fault mode and an optional outage.
 // It prints "LISTEN <base URL>" on stdout once it accepts connections, and
 // its final stats as one JSON line on stdout when it gets SIGTERM/SIGINT.
 package main
@@ -8,6 +9,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"net/http"
@@ -24,9 +26,13 @@ func main() {
 	fault := flag.String("fault", "none", "fault mode: none, 500, 429, lostack")
 	rate := flag.Float64("rate", 0.2, "fraction of requests that get the fault")
 	seed := flag.Uint64("seed", 1, "RNG seed for fault decisions")
+	outage := flag.Duration("outage", 0, "fail every request for this long (0 = no outage)")
+	outageAfter := flag.Duration("outage-after", 2*time.Second, "start the outage this long after the first batch request")
+	outageMode := flag.String("outage-mode", "500", "outage: 500 (answer 500) or reset (reset every connection, as if nothing listened)")
 	flag.Parse()
 
-	srv, err := sink.New(sink.Config{Fault: *fault, Rate: *rate, Seed: *seed})
+	srv, err := sink.New(sink.Config{Fault: *fault, Rate: *rate, Seed: *seed,
+		Outage: *outage, OutageAfter: *outageAfter, OutageMode: *outageMode})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -34,9 +40,10 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ConnState: srv.ConnState,
+		ErrorLog: log.New(io.Discard, "", 0)} // aborted handlers and resets are expected in a reset outage
 	go func() {
-		if err := hs.Serve(ln); err != nil && err != http.ErrServerClosed {
+		if err := hs.Serve(srv.Listener(ln)); err != nil && err != http.ErrServerClosed {
 			log.Fatal(err)
 		}
 	}()
