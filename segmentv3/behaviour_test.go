@@ -258,13 +258,20 @@ func TestEnqueueErrors(t *testing.T) {
 		require.ErrorIs(t, err, analytics.ErrMessageTooBig)
 		assert.ErrorIs(t, err, native.ErrEventTooLarge)
 
+		odd := track("odd")
+		odd.Properties["f"] = func() {}
+		err = client.Enqueue(odd)
+		assert.ErrorIs(t, err, native.ErrInvalidMessage, "not encodable as JSON")
+
 		require.NoError(t, client.Close())
 		assert.ErrorIs(t, client.Enqueue(track("late")), analytics.ErrClosed)
 		assert.Empty(t, api.events())
 		calls := rec.all()
-		require.Len(t, calls, 1, "only the too large message reaches Failure")
+		require.Len(t, calls, 2, "the too large and the unencodable message reach Failure, as in v3")
 		assert.ErrorIs(t, calls[0].err, analytics.ErrMessageTooBig)
 		assert.Equal(t, "big", messageID(calls[0].msg))
+		assert.ErrorIs(t, calls[1].err, native.ErrInvalidMessage)
+		assert.Equal(t, "odd", messageID(calls[1].msg))
 	})
 }
 

@@ -93,6 +93,22 @@ func (rec *recorder) events(t *testing.T) map[string]map[string]interface{} {
 	return out
 }
 
+// topLevelKeys returns the sorted keys of the batch objects received.
+func topLevelKeys(bodies []map[string]interface{}) []string {
+	seen := map[string]bool{}
+	for _, b := range bodies {
+		for k := range b {
+			seen[k] = true
+		}
+	}
+	var keys []string
+	for k := range seen {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
 // str returns v as a string, "" when it is missing.
 func str(v interface{}) string {
 	s, _ := v.(string)
@@ -183,6 +199,12 @@ func TestSameEventsAsV3(t *testing.T) {
 	assert.Empty(t, compatRes.Failures)
 	assert.NoError(t, v3res.CloseError)
 	assert.NoError(t, compatRes.CloseError)
+
+	// The batch object around the events: v3 added a batch messageId and
+	// its DefaultContext; this client adds the write key (as the engine
+	// always does). Both send sentAt.
+	assert.Equal(t, []string{"batch", "context", "messageId", "sentAt"}, topLevelKeys(v3rec.bodies))
+	assert.Equal(t, []string{"batch", "sentAt", "writeKey"}, topLevelKeys(compatRec.bodies))
 
 	// Request headers: the same authentication and content type; the
 	// User-Agent names the client that sent the request.
