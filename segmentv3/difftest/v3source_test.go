@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -17,13 +16,10 @@ const (
 	compatPath = "github.com/relaykit/analytics-go/segmentv3"
 )
 
-// goTool returns the go command of the toolchain running the tests.
+// goTool returns the go command (go test puts its own toolchain first in
+// PATH).
 func goTool(t *testing.T) string {
 	t.Helper()
-	p := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(p); err == nil {
-		return p
-	}
 	p, err := exec.LookPath("go")
 	require.NoError(t, err, "the go command is needed to locate and build v3's sources")
 	return p
@@ -34,7 +30,7 @@ func goTool(t *testing.T) string {
 func v3Dir(t *testing.T) string {
 	t.Helper()
 	cmd := exec.Command(goTool(t), "list", "-m", "-f", "{{.Dir}}", v3Path)
-	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
+	cmd.Env = append(os.Environ(), "GOWORK=off")
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	dir := strings.TrimSpace(string(out))
