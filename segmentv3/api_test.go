@@ -126,3 +126,11 @@ func TestEveryV3Identifier(t *testing.T) {
 		require.NoError(t, c.Close())
 	})
 }
+
+// noopCallback implements Callback as a v3 program does.
+type noopCallback struct{}
+
+func (noopCallback) Success(analytics.Message)        {}
+func (noopCallback) Failure(analytics.Message, error) {}
+
+var _ analytics.Callback = noopCallback{}
