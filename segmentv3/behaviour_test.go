@@ -348,3 +348,28 @@ func (p panicky) Success(analytics.Message) {
 }
 
 func (p panicky) Failure(analytics.Message, error) {}
+
+// BatchSize closes a batch at that many messages; Interval sends a smaller
+// batch that long after its first message.
+func TestBatchSizeAndInterval(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := &fakeAPI{}
+		client, err := analytics.NewWithConfig("key", analytics.Config{Transport: api, BatchSize: 3, Interval: 2 * time.Second})
+		require.NoError(t, err)
+		for i := range 4 {
+			require.NoError(t, client.Enqueue(track(fmt.Sprint(i))))
+		}
+		synctest.Wait()
+		assert.Equal(t, 1, api.requests(), "the full batch is sent at once")
+		assert.Len(t, api.events(), 3)
+
+		time.Sleep(1900 * time.Millisecond)
+		synctest.Wait()
+		assert.Equal(t, 1, api.requests(), "the fourth message waits for Interval")
+		time.Sleep(200 * time.Millisecond)
+		synctest.Wait()
+		assert.Equal(t, 2, api.requests(), "and is sent once Interval has passed")
+		require.NoError(t, client.Close())
+		assert.Len(t, api.events(), 4)
+	})
+}

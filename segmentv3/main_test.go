@@ -20,6 +20,7 @@ func TestMain(m *testing.M) {
 
 // request is one POST as the fake API received it.
 type request struct {
+	url    string
 	path   string
 	header http.Header
 	body   map[string]interface{}
@@ -52,7 +53,7 @@ func (f *fakeAPI) RoundTrip(r *http.Request) (*http.Response, error) {
 	if err := json.Unmarshal(raw, &body); err != nil {
 		return nil, err
 	}
-	req := request{path: r.URL.Path, header: r.Header.Clone(), body: body}
+	req := request{url: r.URL.String(), path: r.URL.Path, header: r.Header.Clone(), body: body}
 	list, _ := body["batch"].([]interface{})
 	for _, e := range list {
 		req.events = append(req.events, e.(map[string]interface{}))
