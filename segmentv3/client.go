@@ -107,6 +107,7 @@ type client struct {
 // so that a failed enqueue removes exactly its own entry.
 type pendingMessage struct{ msg Message }
 
+// Enqueue implements Client.
 func (c *client) Enqueue(msg Message) error {
 	var keep Message
 	var send native.Message
@@ -300,6 +301,7 @@ func (c *client) recoverCallback(method string) {
 	}
 }
 
+// Close implements Client (io.Closer).
 func (c *client) Close() error {
 	if !c.closing.CompareAndSwap(false, true) {
 		return ErrClosed
