@@ -11,7 +11,8 @@
 //	import "github.com/relaykit/analytics-go/segmentv3"
 //
 // The package name stays analytics, and every exported identifier of v3
-// v3.1.0 exists here with the same type and meaning. The messages are
+// v3.1.0 exists here with the same type and meaning (Product.SKU is sent
+// as "sku", where v3 sent "sky"). The messages are
 // encoded as v3 encodes them (the same field names, the same omitted empty
 // fields, the same Context, Properties, Traits and Integrations JSON); the
 // few deliberate differences are listed in docs/migrating-from-segment-v3.md
