@@ -1,0 +1,375 @@
+package analytics_test
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	native "github.com/relaykit/analytics-go"
+	analytics "github.com/relaykit/analytics-go/segmentv3"
+)
+
+func track(id string) analytics.Track {
+	return analytics.Track{MessageId: id, UserId: "u", Event: "E", Properties: analytics.NewProperties().Set("id", id)}
+}
+
+// Enqueue waits while the queue is full, as v3's did, and returns once a
+// consumer made room; nothing is dropped.
+func TestEnqueueBlocksWhileQueueFull(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := &fakeAPI{hold: make(chan struct{})}
+		rec := &recorder{}
+		client, err := analytics.NewWithConfig("key", analytics.Config{
+			Transport: api, Callback: rec, BatchSize: 1,
+			NativeOptions: []native.Option{native.WithQueueCapacity(1), native.WithConsumers(1)},
+		})
+		require.NoError(t, err)
+
+		require.NoError(t, client.Enqueue(track("1"))) // taken by the consumer, whose request waits
+		synctest.Wait()
+		require.NoError(t, client.Enqueue(track("2"))) // fills the queue
+
+		returned := make(chan error, 1)
+		go func() { returned <- client.Enqueue(track("3")) }()
+		synctest.Wait()
+		select {
+		case err := <-returned:
+			t.Fatalf("Enqueue returned %v while the queue was full", err)
+		default:
+		}
+
+		close(api.hold) // the API answers: room is made
+		synctest.Wait()
+		select {
+		case err := <-returned:
+			require.NoError(t, err)
+		default:
+			t.Fatal("Enqueue still blocked after the queue had room")
+		}
+		require.NoError(t, client.Close())
+		assert.Len(t, api.events(), 3)
+		successes, failures := rec.byID()
+		assert.Equal(t, map[string]int{"1": 1, "2": 1, "3": 1}, successes)
+		assert.Empty(t, failures)
+	})
+}
+
+// An Enqueue waiting for room when Close begins returns ErrClosed, and its
+// message is neither sent nor reported.
+func TestEnqueueWaitingAtCloseReturnsErrClosed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := &fakeAPI{hold: make(chan struct{})}
+		rec := &recorder{}
+		client, err := analytics.NewWithConfig("key", analytics.Config{
+			Transport: api, Callback: rec, BatchSize: 1, CloseTimeout: time.Second,
+			NativeOptions: []native.Option{native.WithQueueCapacity(1), native.WithConsumers(1)},
+		})
+		require.NoError(t, err)
+		require.NoError(t, client.Enqueue(track("1")))
+		synctest.Wait()
+		require.NoError(t, client.Enqueue(track("2")))
+		returned := make(chan error, 1)
+		go func() { returned <- client.Enqueue(track("3")) }()
+		synctest.Wait()
+
+		closed := make(chan error, 1)
+		go func() { closed <- client.Close() }()
+		synctest.Wait()
+		assert.ErrorIs(t, <-returned, analytics.ErrClosed)
+		close(api.hold)
+		require.NoError(t, <-closed)
+		successes, failures := rec.byID()
+		assert.Equal(t, map[string]int{"1": 1, "2": 1}, successes)
+		assert.Empty(t, failures)
+	})
+}
+
+// Each message gets its own Success or Failure call, with the message as
+// enqueued plus Type, MessageId and Timestamp; a 400 is not retried.
+func TestCallbackPerMessage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := &fakeAPI{status: func(n int) int {
+			if n == 0 {
+				return 200
+			}
+			return 400
+		}}
+		rec := &recorder{}
+		client, err := analytics.NewWithConfig("key", analytics.Config{
+			Transport: api, Callback: rec, BatchSize: 2,
+			NativeOptions: []native.Option{native.WithConsumers(1)},
+		})
+		require.NoError(t, err)
+		for _, id := range []string{"a", "b"} {
+			require.NoError(t, client.Enqueue(track(id)))
+		}
+		synctest.Wait() // the first batch is answered before the second exists
+		require.NoError(t, client.Enqueue(&analytics.Track{UserId: "u", Event: "E", MessageId: "c"}))
+		require.NoError(t, client.Enqueue(analytics.Identify{UserId: "u"}))
+		require.NoError(t, client.Close())
+
+		assert.Equal(t, 2, api.requests(), "the 400 is not retried")
+		calls := rec.all()
+		require.Len(t, calls, 4)
+		successes, failures := rec.byID()
+		assert.Equal(t, map[string]int{"a": 1, "b": 1}, successes)
+		assert.Len(t, failures, 2)
+		assert.Equal(t, 1, failures["c"])
+		for _, c := range calls {
+			switch m := c.msg.(type) {
+			case analytics.Track:
+				assert.Equal(t, "track", m.Type)
+				assert.False(t, m.Timestamp.IsZero())
+				if m.MessageId != "c" {
+					assert.Equal(t, m.MessageId, m.Properties["id"], "the callback gets the message enqueued")
+				}
+			case analytics.Identify:
+				assert.Equal(t, "identify", m.Type)
+				assert.NotEmpty(t, m.MessageId)
+				var httpErr *native.HTTPError
+				require.ErrorAs(t, c.err, &httpErr)
+				assert.Equal(t, 400, httpErr.StatusCode)
+			default:
+				t.Fatalf("unexpected message %T", c.msg)
+			}
+		}
+	})
+}
+
+// Close sends what is queued at once (without waiting for Interval), and
+// returns nil once every message has its outcome.
+func TestCloseDeliversAndReturns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := &fakeAPI{}
+		rec := &recorder{}
+		client, err := analytics.NewWithConfig("key", analytics.Config{Transport: api, Callback: rec, Interval: time.Hour})
+		require.NoError(t, err)
+		for i := range 5 {
+			require.NoError(t, client.Enqueue(track(fmt.Sprint(i))))
+		}
+		start := time.Now()
+		require.NoError(t, client.Close())
+		assert.Less(t, time.Since(start), time.Second)
+		assert.Len(t, api.events(), 5)
+		successes, failures := rec.byID()
+		assert.Len(t, successes, 5)
+		assert.Empty(t, failures)
+	})
+}
+
+// With the API failing, Close gives up at DefaultCloseTimeout, returns
+// within DefaultCloseTimeout + 0.5 s and reports every message to Failure.
+func TestCloseServerDownDefaultBound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := &fakeAPI{status: func(int) int { return 503 }}
+		rec := &recorder{}
+		client, err := analytics.NewWithConfig("key", analytics.Config{Transport: api, Callback: rec})
+		require.NoError(t, err)
+		for i := range 3 {
+			require.NoError(t, client.Enqueue(track(fmt.Sprint(i))))
+		}
+		start := time.Now()
+		err = client.Close()
+		elapsed := time.Since(start)
+		require.ErrorIs(t, err, native.ErrShutdownInterrupted)
+		assert.GreaterOrEqual(t, elapsed, analytics.DefaultCloseTimeout)
+		assert.LessOrEqual(t, elapsed, analytics.DefaultCloseTimeout+500*time.Millisecond)
+		assert.Greater(t, api.requests(), 1, "retried until the deadline")
+		successes, failures := rec.byID()
+		assert.Empty(t, successes)
+		assert.Equal(t, map[string]int{"0": 1, "1": 1, "2": 1}, failures)
+		for _, c := range rec.all() {
+			assert.ErrorIs(t, c.err, native.ErrShutdownInterrupted)
+		}
+	})
+}
+
+// The same on a real loopback socket, with a server that accepts and
+// never answers and with no server at all: Close returns within
+// CloseTimeout + 0.5 s (plus scheduling slack) and fails every message.
+func TestCloseServerDownLoopback(t *testing.T) {
+	release := make(chan struct{})
+	hanging := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	defer hanging.Close()
+	defer close(release)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	refused := "http://" + ln.Addr().String()
+	require.NoError(t, ln.Close())
+
+	for name, endpoint := range map[string]string{"hanging": hanging.URL, "refused": refused} {
+		t.Run(name, func(t *testing.T) {
+			rec := &recorder{}
+			const bound = 300 * time.Millisecond
+			client, err := analytics.NewWithConfig("key", analytics.Config{
+				Endpoint: endpoint, Callback: rec, CloseTimeout: bound,
+				Transport: &http.Transport{}, // closed with the test's idle connections
+			})
+			require.NoError(t, err)
+			for i := range 4 {
+				require.NoError(t, client.Enqueue(track(fmt.Sprint(i))))
+			}
+			start := time.Now()
+			err = client.Close()
+			elapsed := time.Since(start)
+			require.ErrorIs(t, err, native.ErrShutdownInterrupted)
+			assert.Less(t, elapsed, bound+500*time.Millisecond+time.Second, "bound plus grace plus slack for a loaded machine")
+			successes, failures := rec.byID()
+			assert.Empty(t, successes)
+			assert.Equal(t, map[string]int{"0": 1, "1": 1, "2": 1, "3": 1}, failures)
+		})
+	}
+}
+
+// Enqueue's errors: a FieldError for a missing field, an error for a nil
+// message, ErrMessageTooBig (also reported to Failure) and ErrClosed.
+func TestEnqueueErrors(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := &fakeAPI{}
+		rec := &recorder{}
+		client, err := analytics.NewWithConfig("key", analytics.Config{Transport: api, Callback: rec})
+		require.NoError(t, err)
+
+		err = client.Enqueue(analytics.Group{UserId: "u"})
+		assert.Equal(t, analytics.FieldError{Type: "analytics.Group", Name: "GroupId", Value: ""}, err)
+		assert.Error(t, client.Enqueue(nil))
+		assert.Error(t, client.Enqueue((*analytics.Alias)(nil)))
+
+		big := track("big")
+		big.Properties["blob"] = strings.Repeat("x", 40_000)
+		err = client.Enqueue(big)
+		require.ErrorIs(t, err, analytics.ErrMessageTooBig)
+		assert.ErrorIs(t, err, native.ErrEventTooLarge)
+
+		odd := track("odd")
+		odd.Properties["f"] = func() {}
+		err = client.Enqueue(odd)
+		assert.ErrorIs(t, err, native.ErrInvalidMessage, "not encodable as JSON")
+
+		require.NoError(t, client.Close())
+		assert.ErrorIs(t, client.Enqueue(track("late")), analytics.ErrClosed)
+		assert.Empty(t, api.events())
+		calls := rec.all()
+		require.Len(t, calls, 2, "the too large and the unencodable message reach Failure, as in v3")
+		assert.ErrorIs(t, calls[0].err, analytics.ErrMessageTooBig)
+		assert.Equal(t, "big", messageID(calls[0].msg))
+		assert.ErrorIs(t, calls[1].err, native.ErrInvalidMessage)
+		assert.Equal(t, "odd", messageID(calls[1].msg))
+	})
+}
+
+// An empty write key fails NewWithConfig with a ConfigError; New returns a
+// client that reports it from Enqueue.
+func TestEmptyWriteKey(t *testing.T) {
+	_, err := analytics.NewWithConfig("", analytics.Config{})
+	var ce analytics.ConfigError
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, "WriteKey", ce.Field)
+
+	client := analytics.New("")
+	assert.ErrorAs(t, client.Enqueue(track("x")), &ce)
+	assert.NoError(t, client.Close())
+	assert.ErrorIs(t, client.Close(), analytics.ErrClosed)
+
+	_, err = analytics.NewWithConfig("key", analytics.Config{Endpoint: "not a url"})
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, "Endpoint", ce.Field)
+	for _, bad := range []analytics.Config{{BatchSize: -1}, {CloseTimeout: -1}} {
+		_, err = analytics.NewWithConfig("key", bad)
+		assert.ErrorAs(t, err, &ce)
+	}
+}
+
+// Logger gets the engine's errors through Errorf, Verbose adds debug lines;
+// neither carries the write key or the payload.
+func TestLoggerAndVerbose(t *testing.T) {
+	for _, verbose := range []bool{false, true} {
+		t.Run(fmt.Sprint("verbose=", verbose), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				logs := &logLines{}
+				api := &fakeAPI{status: func(int) int { return 400 }}
+				client, err := analytics.NewWithConfig("secret-key", analytics.Config{Transport: api, Logger: logs, Verbose: verbose})
+				require.NoError(t, err)
+				require.NoError(t, client.Enqueue(analytics.Track{UserId: "u", Event: "payload-marker"}))
+				require.NoError(t, client.Close())
+				info, errs := logs.lines()
+				require.NotEmpty(t, errs, "the failed batch is logged as an error")
+				assert.Contains(t, errs[0], "events not delivered")
+				started := false
+				for _, l := range append(info, errs...) {
+					assert.NotContains(t, l, "secret-key")
+					assert.NotContains(t, l, "payload-marker")
+					started = started || strings.Contains(l, "analytics client started")
+				}
+				assert.Equal(t, verbose, started, "debug lines only with Verbose")
+			})
+		})
+	}
+}
+
+// A panicking Callback is contained to its message: the others of the
+// batch still get their call.
+func TestCallbackPanicContained(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var calls atomic.Int32
+		cb := panicky{calls: &calls}
+		client, err := analytics.NewWithConfig("key", analytics.Config{Transport: &fakeAPI{}, Callback: cb})
+		require.NoError(t, err)
+		for i := range 3 {
+			require.NoError(t, client.Enqueue(track(fmt.Sprint(i))))
+		}
+		require.NoError(t, client.Close())
+		assert.Equal(t, int32(3), calls.Load())
+	})
+}
+
+type panicky struct{ calls *atomic.Int32 }
+
+func (p panicky) Success(analytics.Message) {
+	p.calls.Add(1)
+	panic(errors.New("callback bug"))
+}
+
+func (p panicky) Failure(analytics.Message, error) {}
+
+// BatchSize closes a batch at that many messages; Interval sends a smaller
+// batch that long after its first message.
+func TestBatchSizeAndInterval(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := &fakeAPI{}
+		client, err := analytics.NewWithConfig("key", analytics.Config{Transport: api, BatchSize: 3, Interval: 2 * time.Second})
+		require.NoError(t, err)
+		for i := range 4 {
+			require.NoError(t, client.Enqueue(track(fmt.Sprint(i))))
+		}
+		synctest.Wait()
+		assert.Equal(t, 1, api.requests(), "the full batch is sent at once")
+		assert.Len(t, api.events(), 3)
+
+		time.Sleep(1900 * time.Millisecond)
+		synctest.Wait()
+		assert.Equal(t, 1, api.requests(), "the fourth message waits for Interval")
+		time.Sleep(200 * time.Millisecond)
+		synctest.Wait()
+		assert.Equal(t, 2, api.requests(), "and is sent once Interval has passed")
+		require.NoError(t, client.Close())
+		assert.Len(t, api.events(), 4)
+	})
+}

@@ -1,0 +1,165 @@
+package analytics
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	native "github.com/relaykit/analytics-go"
+)
+
+// Version is the version of the v3 API this package reproduces: the value
+// gopkg.in/segmentio/analytics-go.v3 v3.1.0 itself reports. The engine's
+// version, which the client sends in context.library and User-Agent, is
+// github.com/relaykit/analytics-go's Version.
+const Version = "3.0.0"
+
+// DefaultEndpoint is the tracking API a client sends to when
+// Config.Endpoint is empty.
+const DefaultEndpoint = "https://api.segment.io"
+
+// DefaultInterval is the flush interval when Config.Interval is zero.
+const DefaultInterval = 5 * time.Second
+
+// DefaultBatchSize is the number of messages in a full batch when
+// Config.BatchSize is zero.
+const DefaultBatchSize = 250
+
+// DefaultCloseTimeout bounds Client.Close when Config.CloseTimeout is zero:
+// Close delivers what is queued for at most this long, reports what is
+// left to Callback.Failure and returns within this plus half a second.
+const DefaultCloseTimeout = 10 * time.Second
+
+// Config is the configuration of NewWithConfig. A zero field takes its
+// default. The fields of v3 keep their names and meaning; where the engine
+// does a thing differently the field says what happens.
+type Config struct {
+	// Endpoint is the base URL of the tracking API (default
+	// DefaultEndpoint); messages are posted to Endpoint + "/v1/batch". It
+	// must be an absolute http or https URL.
+	Endpoint string
+
+	// Interval is how long a batch may wait for more messages after its
+	// first one before it is sent (default DefaultInterval). v3 sent on a
+	// fixed ticker instead; the longest wait is the same. Negative values
+	// fail NewWithConfig.
+	Interval time.Duration
+
+	// Transport makes the HTTP requests (default: the engine's own
+	// transport, a clone of http.DefaultTransport). Each attempt is bounded
+	// by 10 s, as in v3.
+	Transport http.RoundTripper
+
+	// Logger receives the client's log lines. The default (nil) is silent;
+	// v3 logged to standard error (see StdLogger to keep that).
+	Logger Logger
+
+	// Callback receives the outcome of every accepted message (default:
+	// none).
+	Callback Callback
+
+	// BatchSize is the number of messages that closes a batch (default
+	// DefaultBatchSize). A batch is also closed before it reaches 500 000
+	// bytes. Negative values fail NewWithConfig.
+	BatchSize int
+
+	// Verbose sends debug lines to Logger.Logf too.
+	Verbose bool
+
+	// DefaultContext is merged into the context of every message: a field
+	// the message's own Context sets wins. v3 sent it once per batch,
+	// at the top level of the request, and overwrote its Library; this
+	// client leaves the value untouched and reports itself in
+	// context.library.
+	DefaultContext *Context
+
+	// RetryAfter is accepted for compatibility and not used: retries follow
+	// the engine's backoff (0.5 s doubling up to 60 s, ±10 % jitter, 10
+	// retries), honour the server's Retry-After, and do not retry responses
+	// that cannot succeed (most 4xx).
+	RetryAfter func(int) time.Duration
+
+	// CloseTimeout bounds Client.Close (default DefaultCloseTimeout): Close
+	// returns within CloseTimeout plus 0.5 s, reporting every message it
+	// could not deliver by then to Callback.Failure. Negative values fail
+	// NewWithConfig. Not in v3.
+	CloseTimeout time.Duration
+
+	// NativeOptions are options of the engine
+	// (github.com/relaykit/analytics-go), applied after those derived from
+	// the fields above, so they win: for example
+	// analytics.WithQueueCapacity, WithMaxRetries, WithGzip. Do not pass
+	// WithOnSuccess or WithOnError here: they would replace the Callback
+	// plumbing. Not in v3.
+	NativeOptions []native.Option
+}
+
+// ConfigError is returned by NewWithConfig when a field of Config has an
+// impossible value.
+type ConfigError struct {
+	// Reason explains why the value is invalid.
+	Reason string
+
+	// Field names the Config field, for example "Interval". An empty write
+	// key is reported with Field "WriteKey".
+	Field string
+
+	// Value is the invalid value.
+	Value interface{}
+}
+
+// Error names the field, its value and the reason.
+func (e ConfigError) Error() string {
+	return fmt.Sprintf("analytics.NewWithConfig: %s (analytics.Config.%s: %#v)", e.Reason, e.Field, e.Value)
+}
+
+var (
+	// ErrClosed is returned by Client.Enqueue after Close was called (also
+	// to a call that was waiting for room in the queue when Close began),
+	// and by a second Close.
+	ErrClosed = errors.New("the client was already closed")
+
+	// ErrTooManyRequests is kept for compatibility: v3 reported it when
+	// 1000 requests were in flight. This client has a fixed number of
+	// upload goroutines and never reports it.
+	ErrTooManyRequests = errors.New("too many requests are already in-flight")
+
+	// ErrMessageTooBig is returned by Client.Enqueue, and passed to
+	// Callback.Failure, for a message larger than 32 KiB of JSON. The
+	// returned error wraps it together with the engine's ErrEventTooLarge.
+	ErrMessageTooBig = errors.New("the message exceeds the maximum allowed size")
+)
+
+// options translates c into the engine's options; c has passed validate.
+func (c Config) options(cl *client) []native.Option {
+	opts := []native.Option{native.WithLogger(zapLogger(c.Logger, c.Verbose))}
+	if c.Endpoint != "" {
+		opts = append(opts, native.WithEndpoint(c.Endpoint))
+	}
+	if c.Interval > 0 {
+		opts = append(opts, native.WithFlushInterval(c.Interval))
+	}
+	if c.BatchSize > 0 {
+		opts = append(opts, native.WithFlushAt(c.BatchSize))
+	}
+	if c.Transport != nil {
+		opts = append(opts, native.WithHTTPClient(&http.Client{Transport: c.Transport}))
+	}
+	if c.Callback != nil {
+		opts = append(opts, native.WithOnSuccess(cl.delivered), native.WithOnError(cl.failed))
+	}
+	return append(opts, c.NativeOptions...)
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Interval < 0:
+		return ConfigError{Reason: "negative time intervals are not supported", Field: "Interval", Value: c.Interval}
+	case c.BatchSize < 0:
+		return ConfigError{Reason: "negative batch sizes are not supported", Field: "BatchSize", Value: c.BatchSize}
+	case c.CloseTimeout < 0:
+		return ConfigError{Reason: "negative time intervals are not supported", Field: "CloseTimeout", Value: c.CloseTimeout}
+	}
+	return nil
+}
