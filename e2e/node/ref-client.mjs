@@ -1,6 +1,6 @@
 // Reference client for wire comparisons (e2e/reference_test.go).
 //
-// It reads the same input JSON as e2e/e2e-cli (SPEC.md §7.1: writeKey,
+// It reads the same input JSON as e2e/e2e-cli (e2e/e2e-cli/README.md, input: writeKey,
 // apiHost, sequences[].delayMs/events, config.flushAt, config.flushInterval,
 // config.maxRetries, config.timeout), sends the events with the official
 // @segment/analytics-node client, calls closeAndFlush, and prints one JSON
