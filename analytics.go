@@ -61,7 +61,8 @@ type Client struct {
 	q            *queue
 	room         *waitingRoom
 	settle       *settler
-	withMessages bool // a callback is registered: events carry a copy of their Message
+	withMessages bool      // a callback is registered: events carry a copy of their Message
+	defaults     *defaults // WithDefaultContext, WithDefaultProperties; nil without them
 
 	closed          atomic.Bool        // fast path for enqueue after Close
 	retire          chan struct{}      // closed by Close once consumers are no longer needed
@@ -94,6 +95,7 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 			capacity:  s.QueueCapacity,
 		},
 		withMessages: s.onSuccess != nil || s.onError != nil,
+		defaults:     newDefaults(s.defaultContext, s.defaultProperties),
 		retire:       make(chan struct{}),
 	}
 	c.interrupt, c.cancelInterrupt = context.WithCancel(context.Background())
@@ -111,7 +113,7 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 	for i := 0; i < s.Consumers; i++ {
 		w := &consumer{
 			q: c.q, room: c.room, sender: newSender(&s, httpClient), settle: c.settle,
-			policy: policy, log: c.log, interrupt: c.interrupt, retire: c.retire,
+			policy: policy, log: c.log, interrupt: c.interrupt, retire: c.retire, onAttempt: s.attemptHook,
 		}
 		go func() {
 			defer c.consumers.Done()
