@@ -11,9 +11,15 @@ import (
 	"go.uber.org/zap"
 )
 
-// Tracker is the set of methods an application uses to send events. *Client
-// implements it; so does the fake in package analyticstest, so code that
-// depends on Tracker can be tested without a server.
+// Tracker is the set of methods code that sends events needs: the enqueue
+// calls. *Client implements it; so does the fake in package analyticstest,
+// so code that depends on Tracker can be tested without a server.
+//
+// Flush and Close are deliberately not part of it: the client is shared by
+// the whole process and its lifetime belongs to the code that created it
+// (usually main, which closes it at shutdown). Code handed a Tracker cannot
+// close the client under the other users' feet. Code that owns the client
+// keeps the *Client (or declares its own interface with Flush and Close).
 type Tracker interface {
 	Track(Track) error
 	Identify(Identify) error
@@ -23,8 +29,6 @@ type Tracker interface {
 	Alias(Alias) error
 	Enqueue(Message) error
 	EnqueueContext(context.Context, Message) error
-	Flush(context.Context) error
-	Close(context.Context) error
 }
 
 var _ Tracker = (*Client)(nil)
