@@ -87,4 +87,3 @@ func TestAttemptHookPanic(t *testing.T) {
 		assert.Equal(t, int64(1), c.Stats().Delivered)
 	})
 }
-
