@@ -99,7 +99,9 @@ func TestCallbacksGetTheMergedDefaults(t *testing.T) {
 		assert.Equal(t, Properties{"plan": "pro"}, props, "the caller's map is not changed")
 		pg := got[1].(Page)
 		assert.Equal(t, Properties{"env": "prod", "plan": "free"}, pg.Properties)
-		pg.Properties["env"] = "changed by a callback"
+		if pg.Properties != nil {
+			pg.Properties["env"] = "changed by a callback"
+		}
 		id := got[2].(Identify)
 		assert.Nil(t, id.Traits)
 		assert.Equal(t, Context{"ip": "10.0.0.1"}, id.Context)
