@@ -131,29 +131,31 @@ func (s *settler) reportDrops(final bool) {
 // Stats are cumulative counters of a Client, in events unless named
 // otherwise. Read them with Client.Stats; safe for concurrent use.
 type Stats struct {
-	Accepted   int64 // enqueue calls that returned nil
-	Delivered  int64 // events answered 2xx
-	Failed     int64 // events reported to OnError as failed
-	HandedBack int64 // events handed back at shutdown (ErrShutdownInterrupted)
-	Dropped    int64 // enqueue calls rejected with ErrQueueFull
-	// Rejected enqueue calls by reason (ErrQueueFull: Dropped). An enqueue
-	// call returns nil (Accepted) or exactly one of these errors.
-	RejectedInvalid  int64 // a *MessageError (ErrInvalidMessage)
-	RejectedTooLarge int64 // ErrEventTooLarge
-	RejectedClosed   int64 // ErrClosed
-	Pending          int64 // accepted events without a disposition yet
-	Batches          int64 // batches delivered
-	Requests         int64 // HTTP attempts made
-	Retries          int64 // counted retries sent (a retry cut off by Close is not counted)
-	RateLimited      int64 // responses with a usable Retry-After
-	RateLimitWaits   int64 // waits of a consumer at the closed rate-limit gate
+	Delivered      int64 // events answered 2xx
+	Failed         int64 // events reported to OnError as failed
+	HandedBack     int64 // events handed back at shutdown (ErrShutdownInterrupted)
+	Dropped        int64 // enqueue calls rejected with ErrQueueFull
+	Pending        int64 // accepted events without a disposition yet
+	Batches        int64 // batches delivered
+	Requests       int64 // HTTP attempts made
+	Retries        int64 // counted retries sent (a retry cut off by Close is not counted)
+	RateLimited    int64 // responses with a usable Retry-After
+	RateLimitWaits int64 // waits of a consumer at the closed rate-limit gate
+
+	// Enqueue calls by outcome: each returns nil (Accepted) or exactly one
+	// error, counted by reason (ErrQueueFull is Dropped, above).
+	Accepted         int64 // enqueue calls that returned nil
+	RejectedInvalid  int64 // enqueue calls rejected with a *MessageError (ErrInvalidMessage)
+	RejectedTooLarge int64 // enqueue calls rejected with ErrEventTooLarge
+	RejectedClosed   int64 // enqueue calls rejected with ErrClosed
 }
 
 type counters struct {
+	delivered, failed, handedBack, dropped atomic.Int64
+	batches, requests, retries             atomic.Int64
+	rateLimited, rateLimitWaits            atomic.Int64
+
 	accepted, rejectedInvalid, rejectedTooLarge, rejectedClosed atomic.Int64
-	delivered, failed, handedBack, dropped                      atomic.Int64
-	batches, requests, retries                                  atomic.Int64
-	rateLimited, rateLimitWaits                                 atomic.Int64
 }
 
 // count counts the outcome of one enqueue call and returns err.
@@ -178,19 +180,20 @@ func (s *counters) count(err error) error {
 func (c *Client) Stats() Stats {
 	s := &c.settle.stats
 	return Stats{
+		Delivered:      s.delivered.Load(),
+		Failed:         s.failed.Load(),
+		HandedBack:     s.handedBack.Load(),
+		Dropped:        s.dropped.Load(),
+		Pending:        int64(c.q.outstanding()),
+		Batches:        s.batches.Load(),
+		Requests:       s.requests.Load(),
+		Retries:        s.retries.Load(),
+		RateLimited:    s.rateLimited.Load(),
+		RateLimitWaits: s.rateLimitWaits.Load(),
+
 		Accepted:         s.accepted.Load(),
 		RejectedInvalid:  s.rejectedInvalid.Load(),
 		RejectedTooLarge: s.rejectedTooLarge.Load(),
 		RejectedClosed:   s.rejectedClosed.Load(),
-		Delivered:        s.delivered.Load(),
-		Failed:           s.failed.Load(),
-		HandedBack:       s.handedBack.Load(),
-		Dropped:          s.dropped.Load(),
-		Pending:          int64(c.q.outstanding()),
-		Batches:          s.batches.Load(),
-		Requests:         s.requests.Load(),
-		Retries:          s.retries.Load(),
-		RateLimited:      s.rateLimited.Load(),
-		RateLimitWaits:   s.rateLimitWaits.Load(),
 	}
 }
