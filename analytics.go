@@ -11,9 +11,15 @@ import (
 	"go.uber.org/zap"
 )
 
-// Tracker is the set of methods an application uses to send events. *Client
-// implements it; so does the fake in package analyticstest, so code that
-// depends on Tracker can be tested without a server.
+// Tracker is the set of methods code that sends events needs: the enqueue
+// calls. *Client implements it; so does the fake in package analyticstest,
+// so code that depends on Tracker can be tested without a server.
+//
+// Flush and Close are deliberately not part of it: the client is shared by
+// the whole process and its lifetime belongs to the code that created it
+// (usually main, which closes it at shutdown). Code handed a Tracker cannot
+// close the client under the other users' feet. Code that owns the client
+// keeps the *Client (or declares its own interface with Flush and Close).
 type Tracker interface {
 	Track(Track) error
 	Identify(Identify) error
@@ -23,8 +29,6 @@ type Tracker interface {
 	Alias(Alias) error
 	Enqueue(Message) error
 	EnqueueContext(context.Context, Message) error
-	Flush(context.Context) error
-	Close(context.Context) error
 }
 
 var _ Tracker = (*Client)(nil)
@@ -61,7 +65,8 @@ type Client struct {
 	q            *queue
 	room         *waitingRoom
 	settle       *settler
-	withMessages bool // a callback is registered: events carry a copy of their Message
+	withMessages bool      // a callback is registered: events carry a copy of their Message
+	defaults     *defaults // WithDefaultContext, WithDefaultProperties; nil without them
 
 	closed          atomic.Bool        // fast path for enqueue after Close
 	retire          chan struct{}      // closed by Close once consumers are no longer needed
@@ -94,6 +99,7 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 			capacity:  s.QueueCapacity,
 		},
 		withMessages: s.onSuccess != nil || s.onError != nil,
+		defaults:     newDefaults(s.defaultContext, s.defaultProperties),
 		retire:       make(chan struct{}),
 	}
 	c.interrupt, c.cancelInterrupt = context.WithCancel(context.Background())
@@ -111,7 +117,7 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 	for i := 0; i < s.Consumers; i++ {
 		w := &consumer{
 			q: c.q, room: c.room, sender: newSender(&s, httpClient), settle: c.settle,
-			policy: policy, log: c.log, interrupt: c.interrupt, retire: c.retire,
+			policy: policy, log: c.log, interrupt: c.interrupt, retire: c.retire, onAttempt: s.attemptHook,
 		}
 		go func() {
 			defer c.consumers.Done()

@@ -44,14 +44,28 @@ func (q *queue) discardQueued() {
 // loop's measured work only in the "prebuilt" variant.
 func BenchmarkTrack(b *testing.B) {
 	for _, tc := range []struct {
-		name                string
-		prebuilt, callbacks bool
-	}{{"prebuilt-properties", true, false}, {"caller-builds-properties", false, false}, {"prebuilt-properties-with-callbacks", true, true}, {"caller-builds-properties-with-callbacks", false, true}} {
+		name                          string
+		prebuilt, callbacks, defaults bool
+	}{
+		{"prebuilt-properties", true, false, false},
+		{"caller-builds-properties", false, false, false},
+		{"prebuilt-properties-with-callbacks", true, true, false},
+		{"caller-builds-properties-with-callbacks", false, true, false},
+		{"prebuilt-properties-with-defaults", true, false, true},
+		{"prebuilt-properties-with-defaults-and-callbacks", true, true, true},
+	} {
 		prebuilt := tc.prebuilt
 		b.Run(tc.name, func(b *testing.B) {
 			opts := []Option{WithEndpoint("http://127.0.0.1:1"), WithHTTPClient(&http.Client{Transport: blockedTransport{}}), WithConsumers(1)}
 			if tc.callbacks {
 				opts = append(opts, WithOnError(func(error, []Message) {}))
+			}
+			if tc.defaults { // a typical default context (app, os, device) and two properties
+				opts = append(opts, WithDefaultContext(map[string]any{
+					"app":    map[string]any{"name": "shop", "version": "1.2.3", "build": "4567"},
+					"os":     map[string]any{"name": "linux", "version": "6.1"},
+					"device": map[string]any{"type": "server"},
+				}), WithDefaultProperties(map[string]any{"env": "prod", "region": "eu-west-1"}))
 			}
 			c, err := New("wk", opts...)
 			if err != nil {

@@ -124,6 +124,9 @@ type settings struct {
 	onSuccess  func(events []Message)
 	onError    func(err error, events []Message)
 	errs       []error
+
+	defaultContext, defaultProperties map[string]any    // see defaults.go
+	attemptHook                       func(AttemptInfo) // see observe.go
 }
 
 // Option configures a Client in New. Options are applied in order; a later

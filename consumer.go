@@ -24,6 +24,7 @@ type consumer struct {
 	interrupt context.Context // cancelled when Close's deadline interrupts delivery
 	retire    <-chan struct{} // closed when Close no longer needs consumers
 	timer     *time.Timer
+	onAttempt func(AttemptInfo) // WithAttemptHook; nil without (see observe.go)
 }
 
 // retryPolicy is what the consumer needs of the configuration.
@@ -118,8 +119,10 @@ func (w *consumer) attempt(b *batch) {
 		w.settle.stats.retries.Add(1)
 	}
 	ctx, cancel := context.WithTimeout(w.interrupt, w.policy.httpTimeout) // R8
+	start := w.startAttempt()
 	resp, err := w.sender.send(ctx, b)
 	cancel()
+	w.observe(b, start, resp, err)
 	b.attempts++
 	w.settle.stats.requests.Add(1)
 	now := time.Now()

@@ -53,6 +53,16 @@
 // repository. Doc comments cite its rules by id: (R43) is rule R43 there,
 // S36 a scenario of its test plan, INV1 an invariant.
 //
+// # Logging and metrics
+//
+// The client is silent by default. WithLogger sends its logs to a zap
+// logger, WithSlog to a log/slog logger; neither ever receives the write
+// key or event payloads. Client.Stats returns the counters (accepted,
+// rejected by reason, delivered, failed, handed back, retries, …);
+// WithAttemptHook reports every HTTP attempt. The separate module
+// github.com/relaykit/analytics-go/analyticsotel turns both into
+// OpenTelemetry metrics.
+//
 // # Testing
 //
 // Application code that takes a Tracker instead of a *Client can be tested

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"sync"
 	"time"
 
@@ -327,4 +329,47 @@ func ExampleClient_EnqueueContext() {
 	fmt.Println("received:", len(srv.Events()), "delivered:", st.Delivered, "dropped:", st.Dropped)
 	// Output:
 	// received: 100 delivered: 100 dropped: 0
+}
+
+// Default context and properties are merged into every event; the event's
+// own keys win.
+func ExampleWithDefaultContext() {
+	srv, err := analyticstest.StartServer()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer srv.Close()
+
+	client, err := analytics.New("WRITE_KEY", analytics.WithEndpoint(srv.URL()),
+		analytics.WithDefaultContext(map[string]any{"app": map[string]any{"name": "shop", "version": "1.2.3"}}),
+		analytics.WithDefaultProperties(map[string]any{"env": "prod", "plan": "free"}),
+	)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	_ = client.Track(analytics.Track{UserID: "user-42", Event: "Signed Up", Properties: analytics.Properties{"plan": "pro"}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := client.Close(ctx); err != nil {
+		fmt.Println("Close:", err)
+	}
+
+	tr := srv.Tracks()[0]
+	fmt.Println(tr.Properties["env"], tr.Properties["plan"], tr.Context["app"].(map[string]any)["name"])
+	// Output:
+	// prod pro shop
+}
+
+// WithSlog sends the client's logs to a log/slog logger.
+func ExampleWithSlog() {
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	client, err := analytics.New("WRITE_KEY", analytics.WithSlog(logger))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer func() { _ = client.Close(context.Background()) }()
+	// …
 }
