@@ -41,6 +41,8 @@ func eventSentAtExtra(enabled bool) int {
 // integrations, so the spliced key is never a duplicate. An event that does
 // not end in '}' is written unchanged.
 func appendEvents(buf []byte, evs []event, sentAt bool, stamp []byte) []byte {
+	var text [96]byte
+	tail := append(append(append(text[:0], `,"sentAt":"`...), stamp...), '"', '}')
 	for i := range evs {
 		if i > 0 {
 			buf = append(buf, ',')
@@ -51,9 +53,7 @@ func appendEvents(buf []byte, evs []event, sentAt bool, stamp []byte) []byte {
 			continue
 		}
 		buf = append(buf, d[:len(d)-1]...)
-		buf = append(buf, `,"sentAt":"`...)
-		buf = append(buf, stamp...)
-		buf = append(buf, '"', '}')
+		buf = append(buf, tail...)
 	}
 	return buf
 }
