@@ -86,6 +86,7 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 	}
 	places := newCapacity(s.QueueCapacity)
 	q := newQueue(places, s.FlushAt, batchEventBytes, s.FlushInterval)
+	q.perEvent = eventSentAtExtra(s.EventSentAt) // R45 with R59
 	c := &Client{
 		cfg:  s.Config,
 		log:  s.logger,

@@ -92,14 +92,17 @@ type Config struct {
 	MaxBatchBytes           int
 	// CustomHTTPClient reports whether WithHTTPClient was used.
 	CustomHTTPClient bool
+	// EventSentAt reports whether every event also carries the attempt's
+	// sentAt (WithEventSentAt; default false).
+	EventSentAt bool
 }
 
 // String renders the configuration on one line for logs.
 func (c Config) String() string {
 	return fmt.Sprintf("endpoint=%s flushAt=%d flushInterval=%s queueCapacity=%d consumers=%d httpTimeout=%s "+
-		"maxRetries=%d maxTotalBackoffDuration=%s maxRateLimitDuration=%s gzip=%t",
+		"maxRetries=%d maxTotalBackoffDuration=%s maxRateLimitDuration=%s gzip=%t eventSentAt=%t",
 		c.Endpoint, c.FlushAt, c.FlushInterval, c.QueueCapacity, c.Consumers, c.HTTPTimeout,
-		c.MaxRetries, c.MaxTotalBackoffDuration, c.MaxRateLimitDuration, c.Gzip)
+		c.MaxRetries, c.MaxTotalBackoffDuration, c.MaxRateLimitDuration, c.Gzip, c.EventSentAt)
 }
 
 // ConfigError reports an invalid option given to New. Field names the

@@ -186,6 +186,9 @@ func (p *plan) parseConfig(raw json.RawMessage) error {
 	if b, ok := f.boolean("gzip"); ok {
 		p.opts = append(p.opts, analytics.WithGzip(b))
 	}
+	if b, ok := f.boolean("eventSentAt"); ok {
+		p.opts = append(p.opts, analytics.WithEventSentAt(b))
+	}
 	// The CLI's own deadlines: the SDK does not see them, so check them here.
 	if d, ok := f.nonNegative("timeout", time.Second); ok {
 		p.closeTimeout = d
