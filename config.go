@@ -123,6 +123,7 @@ type settings struct {
 	logger     *zap.Logger
 	onSuccess  func(events []Message)
 	onError    func(err error, events []Message)
+	oauth      *oauthSettings // WithOAuth; nil: Basic auth with the write key
 	errs       []error
 }
 
