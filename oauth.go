@@ -129,8 +129,8 @@ func WithOAuth(c OAuthConfig) Option {
 var ErrOAuth = errors.New("analytics: oauth token unavailable")
 
 // OAuthError is a failed token request (R50). A permanent one is what
-// OnError receives for batches that could not get a token; a transient one
-// is found in the Last error of a hand-back at Close. It matches ErrOAuth
+// OnError receives for batches that could not get a token; transient ones
+// are retried and logged as warnings. It matches ErrOAuth
 // with errors.Is. It never contains the private key, the assertion or a
 // token.
 type OAuthError struct {
@@ -589,9 +589,6 @@ func (w *consumer) authorize(b *batch) bool {
 		b.awaitToken = false
 		w.settle.failed(b, failure)
 		return false
-	}
-	if failure != nil {
-		b.lastErr = failure // a hand-back at Close says why the batch waited
 	}
 	b.awaitToken = true
 	if !w.room.wait(b, due) {
