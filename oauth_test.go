@@ -198,7 +198,7 @@ func TestOAuthOneTokenForAllBatchesAndConsumers(t *testing.T) {
 		require.NoError(t, closeClient(t, c, time.Minute))
 
 		toks := fa.requests()
-		require.Len(t, toks, 1, "one token request for 20 batches on 4 consumers")
+		require.Equal(t, 1, len(toks), "one token request for 20 batches on 4 consumers")
 		tr := toks[0]
 		assert.True(t, tr.verified, "assertion signature")
 		assert.Equal(t, "client_credentials", tr.form.Get("grant_type"))
@@ -214,7 +214,7 @@ func TestOAuthOneTokenForAllBatchesAndConsumers(t *testing.T) {
 		assert.InDelta(t, 60, exp-iat, 0.5, "short-lived assertion")
 
 		reqs := api.requests()
-		require.Len(t, reqs, 20)
+		require.Equal(t, 20, len(reqs))
 		for i, h := range authHeaders(reqs) {
 			assert.Equal(t, "Bearer tok-secret-1", h, "request %d", i)
 			assert.Equal(t, "http://api.test/v1/batch", reqs[i].url)
@@ -244,7 +244,7 @@ func TestOAuthRefreshBeforeExpiry(t *testing.T) {
 		require.NoError(t, closeClient(t, c, time.Minute))
 
 		toks := fa.requests()
-		require.Len(t, toks, 3, "fetch at start, refresh at 50 s and 100 s")
+		require.Equal(t, 3, len(toks), "fetch at start, refresh at 50 s and 100 s")
 		assert.Equal(t, 50*time.Second, toks[1].at.Sub(toks[0].at))
 		assert.Equal(t, 50*time.Second, toks[2].at.Sub(toks[1].at))
 		assert.NotEqual(t, toks[0].claims["jti"], toks[1].claims["jti"])
@@ -267,13 +267,13 @@ func TestOAuth511RetriedWithFreshToken(t *testing.T) {
 		require.NoError(t, flush(t, c, time.Minute))
 
 		reqs := api.requests()
-		require.Len(t, reqs, 2)
+		require.Equal(t, 2, len(reqs))
 		assert.Equal(t, []string{"Bearer tok-secret-1", "Bearer tok-secret-2"}, authHeaders(reqs))
 		assert.Equal(t, []string{"-", "1"}, retryCounts(reqs))
 		assert.Equal(t, reqs[0].ids, reqs[1].ids)
 		lo, hi := window(1)
 		within(t, "gap_1", gap(reqs, 0), lo, hi)
-		assert.Len(t, fa.requests(), 2)
+		assert.Equal(t, 2, len(fa.requests()))
 		assert.Equal(t, []string{"m1"}, cb.delivered())
 		assert.Empty(t, cb.errors())
 		assert.Equal(t, int64(1), c.Stats().Retries)
@@ -291,7 +291,7 @@ func TestOAuth511ExhaustsRetries(t *testing.T) {
 		c := newOAuthClient(t, fa, api, cb, WithMaxRetries(2))
 		mustTrack(t, c, "m1")
 		require.NoError(t, flush(t, c, time.Minute))
-		assert.Len(t, api.requests(), 3)
+		assert.Equal(t, 3, len(api.requests()))
 		require.Len(t, cb.errors(), 1)
 		err := cb.errors()[0].err
 		assert.ErrorIs(t, err, ErrRetriesExhausted)
@@ -310,9 +310,10 @@ func TestOAuthRefusedTokenIsRefetched(t *testing.T) {
 		t.Run(fmt.Sprint(status), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				fa := newFakeAuth()
-				api := newFakeAPI(func(_ int, r seen) reply {
+				api := newFakeAPI(func(n int, r seen) reply {
 					if r.header.Get("Authorization") == "Bearer tok-secret-1" {
-						return reply{status: status, hold: 100 * time.Millisecond}
+						// staggered: later refusals arrive after the new token
+						return reply{status: status, hold: time.Duration(n+1) * 100 * time.Millisecond}
 					}
 					return reply{status: 200}
 				})
@@ -326,9 +327,9 @@ func TestOAuthRefusedTokenIsRefetched(t *testing.T) {
 				require.NoError(t, flush(t, c, time.Minute))
 
 				reqs := api.requests()
-				require.Len(t, reqs, 5, "no retry of the refused batches")
+				require.Equal(t, 5, len(reqs), "no retry of the refused batches")
 				assert.Equal(t, "Bearer tok-secret-2", reqs[4].header.Get("Authorization"))
-				assert.Len(t, fa.requests(), 2)
+				assert.Equal(t, 2, len(fa.requests()))
 				assert.Equal(t, 4, len(cb.errors()))
 				for _, e := range cb.errors() {
 					requireHTTPStatus(t, e.err, status)
@@ -370,10 +371,10 @@ func TestOAuthTokenEndpointTransientFailures(t *testing.T) {
 				require.NoError(t, flush(t, c, time.Minute))
 
 				toks := fa.requests()
-				require.Len(t, toks, 3)
+				require.Equal(t, 3, len(toks))
 				within(t, "token retry 1", toks[1].at.Sub(toks[0].at), tc.lo, tc.hi)
 				reqs := api.requests()
-				require.Len(t, reqs, 1, "the batch waited, it was not attempted")
+				require.Equal(t, 1, len(reqs), "the batch waited, it was not attempted")
 				assert.Equal(t, "Bearer tok-secret-3", reqs[0].header.Get("Authorization"))
 				assert.Equal(t, []string{"-"}, retryCounts(reqs))
 				assert.True(t, reqs[0].at.Equal(toks[2].at), "sent as soon as the token arrived")
@@ -416,7 +417,7 @@ func TestOAuthInvalidClientFailsTyped(t *testing.T) {
 				require.NoError(t, flush(t, c, time.Minute))
 
 				assert.Empty(t, api.requests())
-				assert.Len(t, fa.requests(), 1, "no retry within the minute")
+				assert.Equal(t, 1, len(fa.requests()), "no retry within the minute")
 				errs := cb.errors()
 				require.Len(t, errs, 2)
 				for _, e := range errs {
