@@ -174,6 +174,7 @@ func TestOAuth401Refetch(t *testing.T) {
 		}, faultserver.TokenOptions{})
 		expectOutcome(t, r, "oauth-401-1", outFailed, kindNonRetryable, 401)
 		expectOutcome(t, r, "oauth-401-2", outDelivered, "", 200)
+		need(t, r.reqs, 2)
 		expectCount(t, r.reqs, 2)
 		if a, b := r.reqs[0].Header.Get("Authorization"), r.reqs[1].Header.Get("Authorization"); a != "Bearer fs-token-1" || b != "Bearer fs-token-2" {
 			t.Errorf("Authorization %q then %q, want fs-token-1 then fs-token-2", a, b)

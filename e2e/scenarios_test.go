@@ -1659,6 +1659,7 @@ func TestS45bOAuth511(t *testing.T) {
 			respond: script(faultserver.Reply(511, `{"message":"network authentication required"}`), ok200),
 		}, faultserver.TokenOptions{})
 		reqs := r.batchReqs("s45b-1")
+		need(t, reqs, 2)
 		expectCount(t, reqs, 2)
 		if got := []string{reqs[0].Header.Get("Authorization"), reqs[1].Header.Get("Authorization")}; got[0] != "Bearer fs-token-1" || got[1] != "Bearer fs-token-2" {
 			t.Errorf("Authorization %q, want Bearer fs-token-1 then Bearer fs-token-2", got)
