@@ -337,7 +337,7 @@ func (t *tokenSource) run(ctx context.Context) {
 	defer timer.Stop()
 	for {
 		t.mu.Lock()
-		wait := t.next.Sub(time.Now())
+		wait := time.Until(t.next)
 		t.mu.Unlock()
 		if wait > 0 {
 			timer.Reset(wait)
