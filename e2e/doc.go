@@ -8,6 +8,9 @@
 //     input, and checks the scenario's expectations plus the invariants
 //     INV1–INV7 (checkInvariants in harness_test.go) from the server's
 //     records and the CLI's JSON line (e2e/e2e-cli/README.md, Output).
+//   - oauth_test.go: OAuth through the e2e-cli's config.oauth against the
+//     fault server's token endpoint, which verifies every client assertion's
+//     signature (R50; S45b itself is in scenarios_test.go).
 //   - soak_test.go: an in-process soak of the SDK against seeded random
 //     faults (S43 at scale).
 //   - reference_test.go: runs the Node reference client (e2e/node, the
