@@ -80,6 +80,7 @@ type fakeAuth struct {
 	mu        sync.Mutex
 	pub       *rsa.PublicKey
 	expiresIn int
+	ahead     time.Duration // the server's clock runs this far ahead (sent in Date)
 	reqs      []tokenRequest
 	script    func(n int) reply
 }
@@ -102,7 +103,8 @@ func (fa *fakeAuth) RoundTrip(req *http.Request) (*http.Response, error) {
 	tok, err := jwt.Parse(tr.assertion, func(tok *jwt.Token) (any, error) {
 		tr.kid, _ = tok.Header["kid"].(string)
 		return fa.pub, nil
-	}, jwt.WithValidMethods([]string{"RS256"}), jwt.WithAudience(testAuthServer), jwt.WithIssuer(testClientID), jwt.WithIssuedAt())
+	}, jwt.WithValidMethods([]string{"RS256"}), jwt.WithAudience(testAuthServer), jwt.WithIssuer(testClientID), jwt.WithIssuedAt(),
+		jwt.WithTimeFunc(func() time.Time { return time.Now().Add(fa.ahead) }))
 	if tok != nil {
 		tr.claims, _ = tok.Claims.(jwt.MapClaims)
 	}
@@ -110,7 +112,10 @@ func (fa *fakeAuth) RoundTrip(req *http.Request) (*http.Response, error) {
 	fa.mu.Lock()
 	n := len(fa.reqs)
 	rep := fa.script(n)
-	if !tr.verified {
+	switch {
+	case errors.Is(err, jwt.ErrTokenExpired):
+		rep = reply{status: 400, body: `{"error":"invalid_request","error_description":"Token is expired"}`}
+	case !tr.verified:
 		rep = reply{status: 401, body: `{"error":"invalid_client","error_description":"assertion signature does not verify"}`}
 	}
 	status := rep.status
@@ -135,7 +140,7 @@ func (fa *fakeAuth) RoundTrip(req *http.Request) (*http.Response, error) {
 	if rep.err != nil {
 		return nil, rep.err
 	}
-	h := http.Header{}
+	h := http.Header{"Date": {time.Now().Add(fa.ahead).UTC().Format(http.TimeFormat)}}
 	for k, v := range rep.header {
 		h.Set(k, v)
 	}
@@ -568,5 +573,57 @@ func TestWithOAuthValidation(t *testing.T) {
 		assert.Equal(t, "https://oauth2.segment.io/token", s.oauth.tokenURL)
 		assert.Equal(t, "https://oauth2.segment.io", s.oauth.audience)
 		assert.Equal(t, "tracking_api:write", s.oauth.scope)
+	})
+}
+
+// R50: an auth server whose clock is ahead rejects the first assertion as
+// expired; its Date header corrects the clock and the next one is accepted.
+func TestOAuthClockSkewFromDate(t *testing.T) {
+	testKeys(t)
+	synctest.Test(t, func(t *testing.T) {
+		fa := newFakeAuth()
+		fa.ahead = time.Hour
+		api := newFakeAPI(nil)
+		cb := &callbacks{}
+		c := newOAuthClient(t, fa, api, cb)
+		mustTrack(t, c, "m1")
+		require.NoError(t, flush(t, c, time.Minute))
+		toks := fa.requests()
+		require.Equal(t, 2, len(toks))
+		assert.False(t, toks[0].verified)
+		assert.True(t, toks[1].verified)
+		iat0, _ := toks[0].claims["iat"].(float64)
+		iat1, _ := toks[1].claims["iat"].(float64)
+		within(t, "iat shift", time.Duration(iat1-iat0)*time.Second, time.Hour, time.Hour+2*time.Second)
+		assert.Equal(t, []string{"m1"}, cb.delivered())
+		require.NoError(t, closeClient(t, c, time.Second))
+	})
+}
+
+// R50: after a permanent failure the token source tries again a minute
+// later, so a corrected registration is picked up without a restart.
+func TestOAuthRecoversAfterPermanentFailure(t *testing.T) {
+	testKeys(t)
+	synctest.Test(t, func(t *testing.T) {
+		fa := newFakeAuth(reply{status: 401, body: `{"error":"invalid_client"}`}, reply{})
+		api := newFakeAPI(nil)
+		cb := &callbacks{}
+		c := newOAuthClient(t, fa, api, cb, WithFlushAt(1))
+		mustTrack(t, c, "m1")
+		require.NoError(t, flush(t, c, time.Minute))
+		assert.Equal(t, 1, cb.failedWith(ErrOAuth))
+		time.Sleep(30 * time.Second)
+		mustTrack(t, c, "m2") // still failing: no new request before the minute is up
+		require.NoError(t, flush(t, c, time.Minute))
+		assert.Equal(t, 2, cb.failedWith(ErrOAuth))
+		time.Sleep(31 * time.Second)
+		mustTrack(t, c, "m3")
+		require.NoError(t, flush(t, c, time.Minute))
+		toks := fa.requests()
+		require.Equal(t, 2, len(toks))
+		assert.Equal(t, 60*time.Second, toks[1].at.Sub(toks[0].at))
+		assert.Equal(t, []string{"m3"}, cb.delivered())
+		assert.Equal(t, []string{"Bearer tok-secret-2"}, authHeaders(api.requests()))
+		require.NoError(t, closeClient(t, c, time.Second))
 	})
 }
