@@ -155,7 +155,9 @@ func (r Rule) matches(req *Request) bool {
 }
 
 // Options configures a Server. The order of decision for a request is:
-// gateway checks (when Gateway), Respond, Rules, Script.
+// the token endpoint (when Token is set and the path is its path), the
+// bearer check (Token.RequireBearer), gateway checks (when Gateway),
+// Respond, Rules, Script.
 type Options struct {
 	// Script holds responses by request index, counted over the requests
 	// that reach the script (those not rejected by the gateway, not answered
@@ -547,7 +549,8 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	s.serve(w, r, rec, resp)
 }
 
-// decide picks the response: gateway, Respond, Rules, Script.
+// decide picks the response: Token.RequireBearer, gateway, Respond, Rules,
+// Script.
 func (s *Server) decide(rec *Request, opts Options) Response {
 	if resp, ok := s.bearerCheck(rec, opts); !ok {
 		s.mu.Lock()
