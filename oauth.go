@@ -593,6 +593,12 @@ func (w *consumer) authorize(b *batch) bool {
 	b.awaitToken = true
 	if !w.room.wait(b, due) {
 		w.settle.handBack(b, nil)
+		return false
+	}
+	// The token may have arrived between the look above and the wait, its
+	// wake-up finding no batch: look again, so b does not sleep until due.
+	if header, _, failure := w.auth.token(time.Now()); header != "" || (failure != nil && failure.Permanent) {
+		w.room.tokenChanged(time.Now())
 	}
 	return false
 }
