@@ -458,6 +458,10 @@ func (t *tokenSource) request(ctx context.Context) (header string, lifetime, ret
 			fail.Description = "the response has no access_token"
 			return "", 0, 0, fail
 		}
+		if strings.ContainsFunc(body.AccessToken, func(r rune) bool { return r <= ' ' || r > '~' }) {
+			fail.Description = "the access_token is not a valid header value"
+			return "", 0, 0, fail
+		}
 		return "Bearer " + body.AccessToken, tokenLifetime(body.ExpiresIn), 0, nil
 	case s == http.StatusTooManyRequests:
 		return "", 0, rateLimitWait(resp.Header, now), fail

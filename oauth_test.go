@@ -364,6 +364,7 @@ func TestOAuthTokenEndpointTransientFailures(t *testing.T) {
 		{"429 no header", reply{status: 429}, lo1, hi1},
 		{"transport error", reply{err: errors.New("connection reset by peer")}, lo1, hi1},
 		{"200 without token", reply{status: 200, body: `{"token_type":"Bearer"}`}, lo1, hi1},
+		{"200 with a malformed token", reply{status: 200, body: `{"access_token":"a\r\nX-Evil: 1","expires_in":60}`}, lo1, hi1},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
