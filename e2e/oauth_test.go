@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"crypto/rsa"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -207,4 +208,90 @@ func TestOAuthDebugLogsNoSecrets(t *testing.T) {
 			}
 		}
 	})
+}
+
+// The official Node client (@segment/analytics-node, e2e/node) and the
+// e2e-cli, each with config.oauth against its own token endpoint: both
+// token requests verify, with the same form fields, the same assertion
+// header fields and claims, and both uploads carry the issued token. This
+// is the wire format R50 follows.
+func TestReferenceNodeOAuth(t *testing.T) {
+	t.Parallel()
+	node, refScript := nodeRef(t)
+	needCLI(t)
+	retry(t, func(t testing.TB) {
+		sc := func() scenario {
+			return scenario{in: input{Sequences: one(track("ref-oauth-1")), Config: cfg("flushAt", 1, "timeout", 10)}, noInv: true}
+		}
+		ours := runOAuthScenario(t, sc(), faultserver.TokenOptions{RequireBearer: true, Scope: "tracking_api:write"})
+
+		keyPEM, pub := oauthKey(t)
+		srv := serve(t, nil, faultserver.Options{Token: &faultserver.TokenOptions{
+			PublicKey: pub, ClientID: oauthClientID, KeyID: oauthKeyID, RequireBearer: true, Scope: "tracking_api:write",
+		}})
+		in := sc().in
+		in.WriteKey, in.APIHost = defaultWriteKey, srv.URL()
+		in.Config["oauth"] = map[string]any{"clientId": oauthClientID, "keyId": oauthKeyID, "privateKeyPem": string(keyPEM), "authServer": srv.URL()}
+		out, stderr := runNode(t, node, refScript, in)
+		if !out.Success {
+			t.Fatalf("node client did not deliver: %+v\n%s", out, stderr)
+		}
+
+		theirs := srv.TokenRequests()
+		mine := ours.srv.TokenRequests()
+		if len(theirs) == 0 || len(mine) == 0 {
+			t.Fatalf("token requests: node %d, ours %d", len(theirs), len(mine))
+		}
+		a, b := theirs[0], mine[0]
+		if !a.Verified || !b.Verified {
+			t.Errorf("verified: node %v (%s), ours %v (%s)", a.Verified, a.Problem, b.Verified, b.Problem)
+		}
+		if ka, kb := formKeys(a), formKeys(b); ka != kb {
+			t.Errorf("form fields: node %s, ours %s", ka, kb)
+		}
+		for _, k := range []string{"grant_type", "client_assertion_type", "scope"} {
+			if a.Form.Get(k) != b.Form.Get(k) {
+				t.Errorf("form %s: node %q, ours %q", k, a.Form.Get(k), b.Form.Get(k))
+			}
+		}
+		if ca, cb := claimKeys(a.Claims), claimKeys(b.Claims); ca != cb {
+			t.Errorf("assertion claims: node %s, ours %s", ca, cb)
+		}
+		for _, k := range []string{"iss", "sub"} {
+			if a.Claims[k] != b.Claims[k] {
+				t.Errorf("claim %s: node %v, ours %v", k, a.Claims[k], b.Claims[k])
+			}
+		}
+		if a.KeyID != b.KeyID {
+			t.Errorf("kid: node %q, ours %q", a.KeyID, b.KeyID)
+		}
+		for who, reqs := range map[string][]faultserver.Request{"node": srv.settled(t), "ours": ours.reqs} {
+			if len(reqs) == 0 {
+				t.Errorf("%s: no upload", who)
+			}
+			for _, q := range reqs {
+				if q.Rejected != "" || !strings.HasPrefix(q.Header.Get("Authorization"), "Bearer fs-token-") {
+					t.Errorf("%s: upload #%d Authorization %q rejected %q", who, q.Index, q.Header.Get("Authorization"), q.Rejected)
+				}
+			}
+		}
+	})
+}
+
+func formKeys(r faultserver.TokenRequest) string {
+	keys := make([]string, 0, len(r.Form))
+	for k := range r.Form {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return strings.Join(keys, ",")
+}
+
+func claimKeys(m map[string]any) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return strings.Join(keys, ",")
 }
