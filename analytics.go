@@ -74,6 +74,7 @@ type Client struct {
 	cancelInterrupt context.CancelFunc // interrupts waits and requests
 	consumers       sync.WaitGroup
 	ownTransport    *http.Transport // the transport New made, closed by Close; nil for WithHTTPClient
+	auth            *tokenSource    // WithOAuth's token goroutine; nil without OAuth
 }
 
 // New returns a started Client that sends to writeKey's source. Invalid
@@ -114,10 +115,14 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 		backoff:         s.Backoff,
 		httpTimeout:     s.HTTPTimeout,
 	}
+	if s.oauth != nil {
+		c.auth = newTokenSource(s.oauth, httpClient, &s, c.room)
+		c.auth.start(c.interrupt) // fetches the first token now (R50)
+	}
 	c.consumers.Add(s.Consumers)
 	for i := 0; i < s.Consumers; i++ {
 		w := &consumer{
-			q: c.q, room: c.room, sender: newSender(&s, httpClient), settle: c.settle,
+			q: c.q, room: c.room, sender: newSender(&s, httpClient), auth: c.auth, settle: c.settle,
 			policy: policy, log: c.log, interrupt: c.interrupt, retire: c.retire, onAttempt: s.attemptHook,
 		}
 		go func() {
@@ -265,6 +270,7 @@ func (c *Client) Close(ctx context.Context) error {
 		}
 	}
 	c.cancelInterrupt()
+	c.auth.stop() // no token request outlives Close
 	if c.ownTransport != nil {
 		c.ownTransport.CloseIdleConnections() // no keep-alive goroutines outlive Close
 	}

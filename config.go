@@ -126,6 +126,7 @@ type settings struct {
 	logger     *zap.Logger
 	onSuccess  func(events []Message)
 	onError    func(err error, events []Message)
+	oauth      *oauthSettings // WithOAuth; nil: Basic auth with the write key
 	errs       []error
 
 	defaultContext, defaultProperties map[string]any    // see defaults.go

@@ -18,6 +18,7 @@ type consumer struct {
 	q         *queue
 	room      *waitingRoom
 	sender    *sender
+	auth      *tokenSource // nil without OAuth (R50)
 	settle    *settler
 	policy    retryPolicy
 	log       *zap.Logger
@@ -111,7 +112,7 @@ func (w *consumer) sleep(d time.Duration, retire <-chan struct{}) bool {
 // attempt makes one attempt of b and passes b on. The loop around attempts
 // is ours; the backoff library only supplies delays.
 func (w *consumer) attempt(b *batch) {
-	if !w.passGate(b) {
+	if !w.passGate(b) || !w.authorize(b) {
 		return
 	}
 	if b.retryPending {
@@ -134,6 +135,7 @@ func (w *consumer) attempt(b *batch) {
 	v := classify(resp, err, now)
 	if err == nil {
 		b.lastStatus = resp.status
+		v = w.reviewAuth(resp.status, v) // R50
 	}
 	if v.outcome != outcomeDelivered {
 		b.lastErr = v.err

@@ -45,6 +45,10 @@
 // failure, or OnError with ErrShutdownInterrupted when Close's deadline
 // handed it back.
 //
+// With WithOAuth, uploads carry an OAuth 2.0 bearer token (client
+// credentials, private-key JWT) instead of the write key's credentials, and
+// a 511 is retried with a fresh token (R50).
+//
 // Flush waits for what was enqueued before it; Close drains the queue with
 // the same policy and, when its context ends first, hands back what is
 // left and returns within the deadline plus 0.5 s.

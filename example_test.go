@@ -16,6 +16,7 @@ import (
 
 	"github.com/relaykit/analytics-go"
 	"github.com/relaykit/analytics-go/analyticstest"
+	"github.com/relaykit/analytics-go/e2e/faultserver"
 )
 
 // The examples send to a recording endpoint on 127.0.0.1 started by
@@ -372,4 +373,56 @@ func ExampleWithSlog() {
 	}
 	defer func() { _ = client.Close(context.Background()) }()
 	// …
+}
+
+// Send with an OAuth 2.0 token instead of the write key's credentials. Here
+// the auth server and the tracking API are the repository's fault server,
+// which verifies the client assertion's signature and refuses uploads
+// without a token it issued; a real program reads its PEM key from a file
+// or a secret store and leaves AuthServer empty (Segment's).
+func ExampleWithOAuth() {
+	key, pub, err := faultserver.GenerateKey()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	srv, err := faultserver.Start(faultserver.Options{Token: &faultserver.TokenOptions{
+		PublicKey: pub, ClientID: "my-client", KeyID: "my-key", RequireBearer: true,
+	}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer srv.Close()
+
+	client, err := analytics.New("my-write-key",
+		analytics.WithEndpoint(srv.URL()),
+		analytics.WithOAuth(analytics.OAuthConfig{
+			ClientID:   "my-client",
+			KeyID:      "my-key",
+			PrivateKey: key,            // PEM, RSA (PKCS #1 or #8)
+			AuthServer: srv.TokenURL(), // empty: https://oauth2.segment.io
+		}),
+		analytics.WithOnError(func(err error, events []analytics.Message) {
+			if errors.Is(err, analytics.ErrOAuth) {
+				fmt.Println("no token:", err) // an *OAuthError says what to check
+			}
+		}),
+	)
+	if err != nil {
+		fmt.Println(err) // a bad key fails here: *ConfigError, Field "OAuth.PrivateKey"
+		return
+	}
+	_ = client.Track(analytics.Track{UserID: "user-42", Event: "Signed Up"})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := client.Close(ctx); err != nil {
+		fmt.Println(err)
+	}
+	tok := srv.TokenRequests()[0]
+	fmt.Println("assertion verified:", tok.Verified, "kid:", tok.KeyID)
+	fmt.Println("upload answered:", srv.Requests()[0].Status)
+	// Output:
+	// assertion verified: true kid: my-key
+	// upload answered: 200
 }

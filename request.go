@@ -316,7 +316,7 @@ func retryableStatus(status int) bool {
 		// MaxTotalBackoffDuration, for parity with the conformance suite.
 		return true
 	case 501, 505, 511:
-		return false // R13; 511 stays non-retryable until OAuth exists (R50)
+		return false // R13; with OAuth, the consumer retries 511 with a fresh token (R50)
 	}
 	return status >= 500 && status <= 599
 }
