@@ -57,7 +57,7 @@ func (c *Client) dispatch(ctx context.Context, wait bool, m Message) error {
 		ok = false
 	}
 	if !ok {
-		err = &MessageError{Type: "unknown", Field: "Message", Reason: "must be a non-nil Track, Identify, Group, Page, Screen or Alias"}
+		err = notAMessage(m)
 	}
 	return c.accept(ctx, wait, sc, copied, err)
 }

@@ -60,14 +60,20 @@ func newSender(s *settings, client *http.Client) *sender {
 }
 
 // writeKeyForms lists the ways the write key can appear in text a server
-// echoes: as is, as escaped in the JSON body, and as the Basic credentials
-// (with and without the trailing colon). Longer forms come first.
+// echoes: as the Basic credentials (with and without the trailing colon),
+// as escaped in a JSON string (ours, encoding/json's with HTML escapes,
+// and with "/" escaped), and as is. Longer forms come first.
 func writeKeyForms(key string) []string {
-	quoted := string(appendString(nil, key))
+	unquote := func(q string) string { return q[1 : len(q)-1] }
+	ours := unquote(string(appendString(nil, key)))
+	std, _ := json.Marshal(key) // a string always encodes
 	forms := []string{
 		base64.StdEncoding.EncodeToString([]byte(key + ":")),
 		base64.StdEncoding.EncodeToString([]byte(key)),
-		quoted[1 : len(quoted)-1],
+		unquote(string(std)),
+		strings.ReplaceAll(unquote(string(std)), "/", `\/`),
+		strings.ReplaceAll(ours, "/", `\/`),
+		ours,
 		key,
 	}
 	out := forms[:0]
