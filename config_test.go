@@ -107,8 +107,8 @@ func TestConfigUpperBounds(t *testing.T) {
 		above []Option
 	}
 	bounds := []bound{
-		{"FlushAt", WithFlushAt(MaxFlushAt), []Option{WithFlushAt(MaxFlushAt + 1), WithFlushAt(math.MaxInt), WithFlushAt(math.MaxInt - 5000), WithFlushAt(math.MinInt)}},
-		{"QueueCapacity", WithQueueCapacity(MaxQueueCapacity), []Option{WithQueueCapacity(MaxQueueCapacity + 1), WithQueueCapacity(math.MaxInt), WithQueueCapacity(math.MinInt)}},
+		{"FlushAt", WithFlushAt(MaxFlushAt), []Option{WithFlushAt(MaxFlushAt + 1), WithFlushAt(math.MaxInt), WithFlushAt(math.MaxInt - 5000)}},
+		{"QueueCapacity", WithQueueCapacity(MaxQueueCapacity), []Option{WithQueueCapacity(MaxQueueCapacity + 1), WithQueueCapacity(math.MaxInt)}},
 		{"Consumers", WithConsumers(MaxConsumers), []Option{WithConsumers(MaxConsumers + 1), WithConsumers(math.MaxInt)}},
 		{"MaxRetries", WithMaxRetries(MaxMaxRetries), []Option{WithMaxRetries(MaxMaxRetries + 1), WithMaxRetries(math.MaxInt)}},
 		{"FlushInterval", WithFlushInterval(MaxFlushInterval), []Option{WithFlushInterval(MaxFlushInterval + 1), WithFlushInterval(math.MaxInt64)}},
@@ -132,6 +132,12 @@ func TestConfigUpperBounds(t *testing.T) {
 		c, err := New("wk", WithEndpoint("http://127.0.0.1:1"), b.at)
 		require.NoError(t, err, b.field)
 		require.NoError(t, closeClient(t, c, 5*time.Second))
+	}
+	for _, o := range []Option{WithFlushAt(math.MinInt), WithQueueCapacity(math.MinInt), WithConsumers(math.MinInt),
+		WithMaxRetries(math.MinInt), WithHTTPTimeout(math.MinInt64), WithMaxRateLimitDuration(math.MinInt64)} {
+		_, err := New("wk", o)
+		var ce *ConfigError
+		assert.ErrorAs(t, err, &ce)
 	}
 	assert.Equal(t, 10_000, MaxFlushAt)
 	assert.Equal(t, 1_000_000, MaxQueueCapacity)

@@ -47,8 +47,13 @@ func (s *settings) validate() error {
 		{"MaxRetries", s.MaxRetries, 0, MaxMaxRetries, "MaxMaxRetries"},
 	}
 	for _, c := range ints {
-		if c.v < c.lo || c.v > c.hi {
-			return invalid(c.field, c.v, fmt.Sprintf("must be from %d to %d (%s)", c.lo, c.hi, c.maxName))
+		switch {
+		case c.v < c.lo && c.lo == 0:
+			return invalid(c.field, c.v, "must not be negative")
+		case c.v < c.lo:
+			return invalid(c.field, c.v, fmt.Sprintf("must be at least %d", c.lo))
+		case c.v > c.hi:
+			return invalid(c.field, c.v, fmt.Sprintf("must be at most %d (%s)", c.hi, c.maxName))
 		}
 	}
 	durations := []struct {
@@ -66,9 +71,9 @@ func (s *settings) validate() error {
 	for _, c := range durations {
 		switch {
 		case c.positive && c.v <= 0:
-			return invalid(c.field, c.v, fmt.Sprintf("must be positive and at most %v (%s)", c.hi, c.maxName))
+			return invalid(c.field, c.v, "must be positive")
 		case c.v < 0:
-			return invalid(c.field, c.v, fmt.Sprintf("must not be negative; at most %v (%s)", c.hi, c.maxName))
+			return invalid(c.field, c.v, "must not be negative")
 		case c.v > c.hi:
 			return invalid(c.field, c.v, fmt.Sprintf("must be at most %v (%s)", c.hi, c.maxName))
 		}
