@@ -188,7 +188,7 @@ func FuzzRequestPath(f *testing.F) {
 				texts = append(texts, err.Error())
 			}
 		}
-		const timeout = 300 * time.Millisecond
+		const timeout = 150 * time.Millisecond
 		c, err := New(fuzzKey, WithEndpoint("http://"+srv.ln.Addr().String()), WithLogger(zap.New(core)),
 			WithFlushAt(1), WithConsumers(2), WithHTTPTimeout(timeout),
 			WithMaxRetries(0), WithMaxRateLimitDuration(0),
