@@ -3,7 +3,6 @@ package analytics
 import (
 	"fmt"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
@@ -97,11 +96,12 @@ type Config struct {
 	EventSentAt bool
 }
 
-// String renders the configuration on one line for logs.
+// String renders the configuration on one line for logs; user information
+// in the endpoint URL (a password) is shown as xxxxx.
 func (c Config) String() string {
 	return fmt.Sprintf("endpoint=%s flushAt=%d flushInterval=%s queueCapacity=%d consumers=%d httpTimeout=%s "+
 		"maxRetries=%d maxTotalBackoffDuration=%s maxRateLimitDuration=%s gzip=%t eventSentAt=%t",
-		c.Endpoint, c.FlushAt, c.FlushInterval, c.QueueCapacity, c.Consumers, c.HTTPTimeout,
+		redactURL(c.Endpoint), c.FlushAt, c.FlushInterval, c.QueueCapacity, c.Consumers, c.HTTPTimeout,
 		c.MaxRetries, c.MaxTotalBackoffDuration, c.MaxRateLimitDuration, c.Gzip, c.EventSentAt)
 }
 
@@ -113,9 +113,14 @@ type ConfigError struct {
 	Reason string
 }
 
-// Error names the field, its value and the reason.
+// Error names the field, its value and the reason. User information in a
+// URL value (a password) is shown as xxxxx.
 func (e *ConfigError) Error() string {
-	return fmt.Sprintf("analytics: invalid %s (%v): %s", e.Field, e.Value, e.Reason)
+	v := e.Value
+	if u, ok := v.(string); ok {
+		v = redactURL(u)
+	}
+	return fmt.Sprintf("analytics: invalid %s (%v): %s", e.Field, v, e.Reason)
 }
 
 // settings is everything New needs; options write into it.
@@ -123,18 +128,21 @@ type settings struct {
 	Config
 	writeKey   string
 	httpClient *http.Client
-	logger     *zap.Logger
-	onSuccess  func(events []Message)
-	onError    func(err error, events []Message)
-	oauth      *oauthSettings // WithOAuth; nil: Basic auth with the write key
-	errs       []error
+	// httpClientNil: the last WithHTTPClient was given nil (checked by validate).
+	httpClientNil bool
+	logger        *zap.Logger
+	onSuccess     func(events []Message)
+	onError       func(err error, events []Message)
+	oauth         *oauthSettings // WithOAuth; nil: Basic auth with the write key
+	errs          []error
 
 	defaultContext, defaultProperties map[string]any    // see defaults.go
 	attemptHook                       func(AttemptInfo) // see observe.go
 }
 
 // Option configures a Client in New. Options are applied in order; a later
-// option overrides an earlier one.
+// option overrides an earlier one, and only the final values are validated
+// (WithFlushAt(0), WithFlushAt(10) is valid).
 type Option interface {
 	apply(*settings)
 }
@@ -149,107 +157,72 @@ func invalid(field string, value any, reason string) *ConfigError {
 
 // WithEndpoint sets the base URL of the tracking API (default
 // DefaultEndpoint). The client posts to Endpoint + "/v1/batch"; one trailing
-// slash is removed (R1). It must be an absolute http or https URL.
+// slash is removed (R1). It must be an absolute http or https base URL,
+// such as "https://api.segment.io", without /v1/batch, a query or a
+// fragment; otherwise New returns a *ConfigError that says so.
 func WithEndpoint(endpoint string) Option {
 	return optionFunc(func(s *settings) { s.Endpoint = endpoint })
 }
 
-// WithFlushAt sets how many events close a batch (default 250, at least 1).
+// WithFlushAt sets how many events close a batch (default 250; from 1 to
+// MaxFlushAt).
 func WithFlushAt(n int) Option {
-	return optionFunc(func(s *settings) {
-		if n < 1 {
-			s.errs = append(s.errs, invalid("FlushAt", n, "must be at least 1"))
-		}
-		s.FlushAt = n
-	})
+	return optionFunc(func(s *settings) { s.FlushAt = n })
 }
 
 // WithFlushInterval sets how long a batch may stay open after a consumer
-// took its first event (default 5 s; must be positive).
+// took its first event (default 5 s; positive, at most MaxFlushInterval).
 func WithFlushInterval(d time.Duration) Option {
-	return optionFunc(func(s *settings) {
-		if d <= 0 {
-			s.errs = append(s.errs, invalid("FlushInterval", d, "must be positive"))
-		}
-		s.FlushInterval = d
-	})
+	return optionFunc(func(s *settings) { s.FlushInterval = d })
 }
 
 // WithQueueCapacity sets how many accepted events may wait for a consumer
-// (default 10 000, at least 1). When that many wait, enqueue calls return
+// (default 10 000; from 1 to MaxQueueCapacity). When that many wait, enqueue calls return
 // ErrQueueFull. Events that fit in the batch a consumer is assembling are
 // already taken and do not count, nor do re-queued rate-limited batches
 // (R43, R44).
 func WithQueueCapacity(n int) Option {
-	return optionFunc(func(s *settings) {
-		if n < 1 {
-			s.errs = append(s.errs, invalid("QueueCapacity", n, "must be at least 1"))
-		}
-		s.QueueCapacity = n
-	})
+	return optionFunc(func(s *settings) { s.QueueCapacity = n })
 }
 
-// WithConsumers sets the number of upload goroutines (default 8, at least
-// 1). All of them share one queue and one rate-limit gate.
+// WithConsumers sets the number of upload goroutines (default 8; from 1 to
+// MaxConsumers). All of them share one queue and one rate-limit gate.
 func WithConsumers(n int) Option {
-	return optionFunc(func(s *settings) {
-		if n < 1 {
-			s.errs = append(s.errs, invalid("Consumers", n, "must be at least 1"))
-		}
-		s.Consumers = n
-	})
+	return optionFunc(func(s *settings) { s.Consumers = n })
 }
 
-// WithHTTPTimeout bounds each HTTP attempt (default 10 s; must be
-// positive). A timed-out attempt is a retryable transport error (R8, R14).
+// WithHTTPTimeout bounds each HTTP attempt (default 10 s; positive, at most
+// MaxHTTPTimeout). A timed-out attempt is a retryable transport error (R8,
+// R14).
 func WithHTTPTimeout(d time.Duration) Option {
-	return optionFunc(func(s *settings) {
-		if d <= 0 {
-			s.errs = append(s.errs, invalid("HTTPTimeout", d, "must be positive"))
-		}
-		s.HTTPTimeout = d
-	})
+	return optionFunc(func(s *settings) { s.HTTPTimeout = d })
 }
 
 // WithMaxRetries sets how many counted (backoff) retries a batch may make
-// (default 10). 0 means one attempt and no counted retry; negative values
-// fail New. Retries asked for by a usable Retry-After never count (R27, R30).
+// (default 10; from 0 to MaxMaxRetries). 0 means one attempt and no counted
+// retry. Retries asked for by a usable Retry-After never count (R27, R30).
 func WithMaxRetries(n int) Option {
-	return optionFunc(func(s *settings) {
-		if n < 0 {
-			s.errs = append(s.errs, invalid("MaxRetries", n, "must not be negative"))
-		}
-		s.MaxRetries = n
-	})
+	return optionFunc(func(s *settings) { s.MaxRetries = n })
 }
 
 // WithMaxTotalBackoffDuration bounds the time from a batch's first counted
 // failure to a counted retry decision (default 12 h): when at least this much
 // has elapsed, the batch fails with ErrBackoffDurationExceeded. 0 means no
-// counted retry; negative values fail New (R28). With the default MaxRetries
+// counted retry; negative values and values above MaxMaxTotalBackoffDuration
+// fail New (R28). With the default MaxRetries
 // the schedule ends after about 268 s, so this only matters when MaxRetries
 // is raised.
 func WithMaxTotalBackoffDuration(d time.Duration) Option {
-	return optionFunc(func(s *settings) {
-		if d < 0 {
-			s.errs = append(s.errs, invalid("MaxTotalBackoffDuration", d, "must not be negative"))
-		}
-		s.MaxTotalBackoffDuration = d
-	})
+	return optionFunc(func(s *settings) { s.MaxTotalBackoffDuration = d })
 }
 
 // WithMaxRateLimitDuration bounds a rate-limit episode (default 12 h): when
 // the server has kept answering with a usable Retry-After for this long,
 // every batch waiting to be re-sent fails with ErrRateLimitDurationExceeded
 // and sending resumes. 0 fails a batch at its first usable Retry-After;
-// negative values fail New (R35).
+// negative values and values above MaxMaxRateLimitDuration fail New (R35).
 func WithMaxRateLimitDuration(d time.Duration) Option {
-	return optionFunc(func(s *settings) {
-		if d < 0 {
-			s.errs = append(s.errs, invalid("MaxRateLimitDuration", d, "must not be negative"))
-		}
-		s.MaxRateLimitDuration = d
-	})
+	return optionFunc(func(s *settings) { s.MaxRateLimitDuration = d })
 }
 
 // WithGzip compresses request bodies and sets Content-Encoding: gzip
@@ -260,16 +233,13 @@ func WithGzip(enabled bool) Option {
 
 // WithHTTPClient sets the HTTP client used for uploads (default: a client
 // with a clone of http.DefaultTransport). The client is copied, not changed:
-// the copy gets the SDK's redirect policy (307/308 followed, 301/302/303 and
-// other 3xx reported as failures, R11). Per-attempt timeouts come from
+// the copy gets the SDK's redirect policy (307/308 followed within the
+// origin only, every other 3xx reported as a failure, R11). Per-attempt timeouts come from
 // WithHTTPTimeout; the client's own Timeout, if set, also applies. A nil
 // client fails New.
 func WithHTTPClient(c *http.Client) Option {
 	return optionFunc(func(s *settings) {
-		if c == nil {
-			s.errs = append(s.errs, invalid("HTTPClient", c, "must not be nil"))
-		}
-		s.httpClient = c
+		s.httpClient, s.httpClientNil = c, c == nil
 	})
 }
 
@@ -277,9 +247,6 @@ func WithHTTPClient(c *http.Client) Option {
 // logs the write key or event payloads. A nil logger fails New.
 func WithLogger(l *zap.Logger) Option {
 	return optionFunc(func(s *settings) {
-		if l == nil {
-			s.errs = append(s.errs, invalid("Logger", l, "must not be nil"))
-		}
 		s.logger = l
 	})
 }
@@ -331,6 +298,9 @@ func resolve(writeKey string, opts []Option) (settings, error) {
 		}
 		o.apply(&s)
 	}
+	if err := s.validate(); err != nil { // final values only
+		return s, err
+	}
 	if len(s.errs) > 0 {
 		return s, s.errs[0]
 	}
@@ -338,9 +308,8 @@ func resolve(writeKey string, opts []Option) (settings, error) {
 		return s, invalid("WriteKey", `""`, "must not be empty")
 	}
 	s.Endpoint = strings.TrimSuffix(s.Endpoint, "/") // R1
-	u, err := url.Parse(s.Endpoint)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return s, invalid("Endpoint", s.Endpoint, "must be an absolute http or https URL")
+	if err := checkEndpoint(s.Endpoint); err != nil {
+		return s, err
 	}
 	s.CustomHTTPClient = s.httpClient != nil
 	return s, nil

@@ -2,12 +2,14 @@ package analytics
 
 import (
 	"errors"
+	"math"
 	"net/http"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 )
 
 // U5, R48, R49: an unconfigured client's effective config is the defaults table of docs/delivery.md.
@@ -93,4 +95,134 @@ func TestHTTPClientIsCopied(t *testing.T) {
 	assert.Nil(t, mine.CheckRedirect)
 	assert.True(t, c.Config().CustomHTTPClient)
 	require.NoError(t, closeClient(t, c, time.Second))
+}
+
+// Every numeric option has an upper bound: a value above it, up to the
+// largest int or Duration, is a *ConfigError naming the field, never a
+// panic or an allocation; the bound itself is accepted.
+func TestConfigUpperBounds(t *testing.T) {
+	type bound struct {
+		field string
+		at    Option // the bound itself: accepted
+		above []Option
+	}
+	bounds := []bound{
+		{"FlushAt", WithFlushAt(MaxFlushAt), []Option{WithFlushAt(MaxFlushAt + 1), WithFlushAt(math.MaxInt), WithFlushAt(math.MaxInt - 5000)}},
+		{"QueueCapacity", WithQueueCapacity(MaxQueueCapacity), []Option{WithQueueCapacity(MaxQueueCapacity + 1), WithQueueCapacity(math.MaxInt)}},
+		{"Consumers", WithConsumers(MaxConsumers), []Option{WithConsumers(MaxConsumers + 1), WithConsumers(math.MaxInt)}},
+		{"MaxRetries", WithMaxRetries(MaxMaxRetries), []Option{WithMaxRetries(MaxMaxRetries + 1), WithMaxRetries(math.MaxInt)}},
+		{"FlushInterval", WithFlushInterval(MaxFlushInterval), []Option{WithFlushInterval(MaxFlushInterval + 1), WithFlushInterval(math.MaxInt64)}},
+		{"HTTPTimeout", WithHTTPTimeout(MaxHTTPTimeout), []Option{WithHTTPTimeout(MaxHTTPTimeout + 1), WithHTTPTimeout(math.MaxInt64)}},
+		{"MaxTotalBackoffDuration", WithMaxTotalBackoffDuration(MaxMaxTotalBackoffDuration), []Option{WithMaxTotalBackoffDuration(MaxMaxTotalBackoffDuration + 1), WithMaxTotalBackoffDuration(math.MaxInt64)}},
+		{"MaxRateLimitDuration", WithMaxRateLimitDuration(MaxMaxRateLimitDuration), []Option{WithMaxRateLimitDuration(MaxMaxRateLimitDuration + 1), WithMaxRateLimitDuration(math.MaxInt64)}},
+	}
+	for _, b := range bounds {
+		for i, o := range b.above {
+			var c *Client
+			var err error
+			require.NotPanics(t, func() { c, err = New("wk", WithEndpoint("http://127.0.0.1:1"), o) }, "%s #%d", b.field, i)
+			if c != nil {
+				_ = closeClient(t, c, time.Second)
+			}
+			var ce *ConfigError
+			require.ErrorAs(t, err, &ce, "%s #%d: a value out of bounds is accepted", b.field, i)
+			assert.Equal(t, b.field, ce.Field)
+			assert.Contains(t, err.Error(), "Max"+b.field, "the error names the bound")
+		}
+		c, err := New("wk", WithEndpoint("http://127.0.0.1:1"), b.at)
+		require.NoError(t, err, b.field)
+		require.NoError(t, closeClient(t, c, 5*time.Second))
+	}
+	for _, o := range []Option{WithFlushAt(math.MinInt), WithQueueCapacity(math.MinInt), WithConsumers(math.MinInt),
+		WithMaxRetries(math.MinInt), WithHTTPTimeout(math.MinInt64), WithMaxRateLimitDuration(math.MinInt64)} {
+		_, err := New("wk", o)
+		var ce *ConfigError
+		assert.ErrorAs(t, err, &ce)
+	}
+	assert.Equal(t, 10_000, MaxFlushAt)
+	assert.Equal(t, 1_000_000, MaxQueueCapacity)
+	assert.Equal(t, 7*24*time.Hour, MaxMaxRateLimitDuration)
+}
+
+// A later option overrides an earlier one, also when the earlier value was
+// invalid: only the final values are checked.
+func TestConfigValidatesFinalValues(t *testing.T) {
+	c, err := New("wk", WithEndpoint("http://127.0.0.1:1"),
+		WithFlushAt(0), WithFlushAt(10),
+		WithQueueCapacity(-1), WithQueueCapacity(20),
+		WithConsumers(0), WithConsumers(2),
+		WithHTTPTimeout(0), WithHTTPTimeout(time.Second),
+		WithFlushInterval(-1), WithFlushInterval(time.Second),
+		WithMaxRetries(-1), WithMaxRetries(3),
+		WithMaxTotalBackoffDuration(-1), WithMaxTotalBackoffDuration(time.Minute),
+		WithMaxRateLimitDuration(-1), WithMaxRateLimitDuration(time.Minute),
+		WithHTTPClient(nil), WithHTTPClient(&http.Client{}),
+		WithLogger(nil), WithLogger(zap.NewNop()),
+	)
+	require.NoError(t, err)
+	cfg := c.Config()
+	assert.Equal(t, 10, cfg.FlushAt)
+	assert.Equal(t, 20, cfg.QueueCapacity)
+	assert.Equal(t, 2, cfg.Consumers)
+	assert.Equal(t, 3, cfg.MaxRetries)
+	require.NoError(t, closeClient(t, c, time.Second))
+
+	// And the other way round: a valid value overridden by an invalid one fails.
+	_, err = New("wk", WithFlushAt(10), WithFlushAt(0))
+	var ce *ConfigError
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, "FlushAt", ce.Field)
+}
+
+// An endpoint that already ends in /v1/batch, or has a query or fragment,
+// fails New with a *ConfigError that says to pass the base URL.
+func TestEndpointMustBeTheBaseURL(t *testing.T) {
+	for _, ep := range []string{
+		"https://api.segment.io/v1/batch",
+		"https://api.segment.io/v1/batch/",
+		"https://proxy.example.com/segment/V1/Batch",
+		"https://api.segment.io?region=eu",
+		"https://api.segment.io/?",
+		"https://api.segment.io#x",
+		"https://api.segment.io/#",
+	} {
+		c, err := New("wk", WithEndpoint(ep))
+		assert.Nil(t, c, ep)
+		var ce *ConfigError
+		if assert.ErrorAs(t, err, &ce, ep) {
+			assert.Equal(t, "Endpoint", ce.Field)
+			assert.Contains(t, err.Error(), "base URL", ep)
+			assert.Contains(t, err.Error(), "https://api.segment.io", ep)
+		}
+	}
+	for _, ep := range []string{"https://proxy.example.com/segment", "http://127.0.0.1:1/", "https://api.segment.io/v1/batcher"} {
+		c, err := New("wk", WithEndpoint(ep))
+		require.NoError(t, err, ep)
+		require.NoError(t, closeClient(t, c, time.Second))
+	}
+}
+
+// A password (or any user information) in the endpoint URL is not printed
+// by Config.String (logged at debug) or by a ConfigError.
+func TestEndpointUserInfoRedacted(t *testing.T) {
+	c, err := New("wk", WithEndpoint("https://proxyuser:hunter2@proxy.example.com/segment"))
+	require.NoError(t, err)
+	defer func() { require.NoError(t, closeClient(t, c, time.Second)) }()
+	s := c.Config().String()
+	assert.NotContains(t, s, "hunter2")
+	assert.NotContains(t, s, "proxyuser")
+	assert.Contains(t, s, "endpoint=https://xxxxx@proxy.example.com/segment")
+
+	for _, ep := range []string{
+		"https://proxyuser:hunter2@proxy.example.com/v1/batch",
+		"ftp://proxyuser:hunter2@proxy.example.com",
+		"https://proxyuser:hunter2@proxy.example.com/?q=1",
+		"proxyuser:hunter2@proxy.example.com",
+		"https://proxyuser:hun ter2@proxy.example.com%zz",
+	} {
+		_, err := New("wk", WithEndpoint(ep))
+		require.Error(t, err, ep)
+		assert.NotContains(t, err.Error(), "hunter2", ep)
+		assert.NotContains(t, err.Error(), "hun ter2", ep)
+	}
 }

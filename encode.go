@@ -220,14 +220,94 @@ func (e *encoder) value(v any, depth int) {
 			return
 		}
 		e.buf = append(e.buf, x...)
+	case json.Number:
+		e.number(x)
 	default:
-		b, err := json.Marshal(x)
+		b, err := marshalValue(x)
 		if err != nil {
 			e.err = err
 			return
 		}
 		e.buf = append(e.buf, b...)
 	}
+}
+
+// marshalValue encodes a value of a type the encoder does not know with
+// encoding/json. A MarshalJSON (or MarshalText) that panics is an encoding
+// error of the event, not a panic in the caller's enqueue call.
+func marshalValue(x any) (b []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			b, err = nil, fmt.Errorf("encoding %T panicked: %v", x, r)
+		}
+	}()
+	return json.Marshal(x)
+}
+
+// number writes a json.Number: it must be a JSON number that a server can
+// decode as a float64 (a magnitude up to about 1.8e308; smaller ones round
+// to 0). An empty Number is 0, as encoding/json writes it.
+func (e *encoder) number(n json.Number) {
+	s := string(n)
+	if s == "" {
+		s = "0"
+	}
+	if !validJSONNumber(s) {
+		e.err = fmt.Errorf("json.Number %s is not a JSON number", clipQuote(s))
+		return
+	}
+	if _, err := strconv.ParseFloat(s, 64); err != nil {
+		e.err = fmt.Errorf("json.Number %s is outside the range of a float64", clipQuote(s))
+		return
+	}
+	e.buf = append(e.buf, s...)
+}
+
+// clipQuote quotes the start of s, for an error message.
+func clipQuote(s string) string {
+	const n = 40
+	if len(s) > n {
+		return strconv.Quote(s[:n]) + "…"
+	}
+	return strconv.Quote(s)
+}
+
+// validJSONNumber reports whether s is a number in JSON's grammar:
+// -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+func validJSONNumber(s string) bool {
+	i := 0
+	digits := func() int {
+		start := i
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+		}
+		return i - start
+	}
+	if i < len(s) && s[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(s) && s[i] == '0':
+		i++
+	case digits() == 0:
+		return false
+	}
+	if i < len(s) && s[i] == '.' {
+		i++
+		if digits() == 0 {
+			return false
+		}
+	}
+	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
+		i++
+		if i < len(s) && (s[i] == '+' || s[i] == '-') {
+			i++
+		}
+		if digits() == 0 {
+			return false
+		}
+	}
+	return i == len(s)
 }
 
 func (e *encoder) float(f float64, bits int) {

@@ -1,10 +1,13 @@
 package analytics
 
 import (
+	"encoding/json"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -50,4 +53,87 @@ func TestAppendTimestampMatchesRFC3339Nano(t *testing.T) {
 	} {
 		check(ts)
 	}
+}
+
+type panickyJSON struct{}
+
+func (panickyJSON) MarshalJSON() ([]byte, error) { panic("boom") }
+
+type panickyText struct{}
+
+func (panickyText) MarshalText() ([]byte, error) { panic("boom") }
+
+// enqueue calls the enqueue method and turns a panic into a test failure,
+// so that a panicking encoder shows as a failing assertion.
+func enqueueNoPanic(t *testing.T, c *Client, m Message) (err error) {
+	t.Helper()
+	defer func() {
+		if r := recover(); r != nil {
+			t.Errorf("Enqueue panicked: %v", r)
+			err = nil
+		}
+	}()
+	return c.Enqueue(m)
+}
+
+// A property whose MarshalJSON (or MarshalText, as a map key) panics is a
+// *MessageError of the enqueue call, not a panic; the client goes on.
+func TestPanickingMarshalerIsAMessageError(t *testing.T) {
+	api := newFakeAPI(nil)
+	c := newTestClient(t, api, nil, WithFlushAt(1))
+	defer func() { require.NoError(t, closeClient(t, c, 5*time.Second)) }()
+	for name, props := range map[string]Properties{
+		"MarshalJSON":        {"bad": panickyJSON{}},
+		"nested MarshalJSON": {"list": []any{1, map[string]any{"bad": &panickyJSON{}}}},
+		"MarshalText key":    {"bad": map[panickyText]int{{}: 1}},
+	} {
+		err := enqueueNoPanic(t, c, Track{UserID: "u", Event: "e", Properties: props})
+		var me *MessageError
+		if assert.ErrorAs(t, err, &me, name) {
+			assert.Equal(t, "track", me.Type, name)
+			assert.ErrorIs(t, err, ErrInvalidMessage)
+			assert.Contains(t, err.Error(), "panicked", name)
+		}
+	}
+	require.NoError(t, c.Track(Track{UserID: "u", Event: "after"}))
+	require.NoError(t, flush(t, c, 5*time.Second))
+	assert.Len(t, api.requests(), 1, "only the valid event was sent")
+}
+
+// A json.Number must be a JSON number a server can decode as a float64;
+// anything else is rejected at enqueue, where the caller can see it.
+func TestJSONNumberChecked(t *testing.T) {
+	api := newFakeAPI(nil)
+	c := newTestClient(t, api, nil, WithFlushAt(1))
+	defer func() { require.NoError(t, closeClient(t, c, 5*time.Second)) }()
+	for _, n := range []string{"1e400", "-1e400", "1" + strings.Repeat("0", 400), "abc", "0x10", "1_000", "Inf", "NaN", "01", "1.", ".5", "+1", " 1", "1e", "--1"} {
+		err := c.Track(Track{UserID: "u", Event: "e", Properties: Properties{"n": json.Number(n)}})
+		var me *MessageError
+		assert.ErrorAs(t, err, &me, "json.Number(%q) accepted", n)
+		err = c.Track(Track{UserID: "u", Event: "e", Properties: Properties{"deep": []any{json.Number(n)}}})
+		assert.ErrorAs(t, err, &me, "nested json.Number(%q) accepted", n)
+	}
+	ok := []string{"0", "-0", "1.5", "-2.5e-3", "1E+308", "1.7976931348623157e308", "1e-400", "12345678901234567890123"}
+	for _, n := range ok {
+		require.NoError(t, c.Track(Track{UserID: "u", Event: "e", Properties: Properties{"n": json.Number(n)}}), n)
+	}
+	require.NoError(t, c.Track(Track{UserID: "u", Event: "e", Properties: Properties{"n": json.Number("")}}))
+	require.NoError(t, flush(t, c, 5*time.Second))
+	reqs := api.requests()
+	require.Len(t, reqs, len(ok)+1)
+	for i, r := range reqs {
+		var env struct {
+			Batch []struct {
+				Properties struct {
+					N float64 `json:"n"`
+				} `json:"properties"`
+			} `json:"batch"`
+		}
+		require.NoError(t, json.Unmarshal(r.body, &env), "request %d decodes with float64 numbers", i)
+	}
+	zeros := 0 // consumers send in parallel: the empty one is in some request
+	for _, r := range reqs {
+		zeros += strings.Count(string(r.body), `"n":0}`)
+	}
+	assert.Equal(t, 2, zeros, `json.Number("0") and the empty json.Number are 0, as in encoding/json`)
 }

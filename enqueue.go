@@ -58,7 +58,7 @@ func prepareMessage(sc *scratch, m Message, keep bool) (Message, error) {
 			return v.prepare(sc, keep)
 		}
 	}
-	return nil, &MessageError{Type: "unknown", Field: "Message", Reason: "must be a non-nil Track, Identify, Group, Page, Screen or Alias"}
+	return nil, notAMessage(m)
 }
 
 // accept ends an enqueue call (R2, R43, R45): prepare has encoded the event

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 )
 
 // Errors returned synchronously by the enqueue calls (Track, Identify, …),
@@ -41,17 +42,24 @@ var (
 )
 
 // MessageError is returned by an enqueue call for an event that fails
-// validation or cannot be encoded. It matches ErrInvalidMessage with errors.Is.
+// validation or cannot be encoded, and for a nil message. It matches
+// ErrInvalidMessage with errors.Is.
 type MessageError struct {
-	Type   string // message type, e.g. "track"
+	Type   string // message type, e.g. "track"; "" when there is no message
 	Field  string // offending field, e.g. "Event" or "Properties"
 	Reason string
 	Err    error // underlying encoding error, if any
 }
 
-// Error describes the type, field and reason.
+// Error describes the type, field and reason, e.g. "analytics: invalid
+// track message: Event is required" or "analytics: invalid message:
+// Message is nil (…)".
 func (e *MessageError) Error() string {
-	s := fmt.Sprintf("analytics: invalid %s message: %s %s", e.Type, e.Field, e.Reason)
+	typ := ""
+	if e.Type != "" {
+		typ = e.Type + " "
+	}
+	s := fmt.Sprintf("analytics: invalid %smessage: %s %s", typ, e.Field, e.Reason)
 	if e.Err != nil {
 		s += ": " + e.Err.Error()
 	}
@@ -70,9 +78,12 @@ type ErrorKind string
 // Kinds of *HTTPError.
 const (
 	// KindNonRetryable: a status that is never retried (most 4xx, 501, 505,
-	// 511 without OAuth, statuses outside 200–599).
+	// 511 without OAuth, statuses outside 200–599, among them a 101 Switching
+	// Protocols).
 	KindNonRetryable ErrorKind = "non-retryable"
 	// KindRedirect: a 3xx reached the client; nothing was uploaded (R10).
+	// This includes a 307 or 308 to another origin, which is not followed
+	// so that the write key never leaves the configured origin (R11).
 	KindRedirect ErrorKind = "redirect"
 	// KindRetryable: a retryable status whose retries ran out; found wrapped
 	// in ErrRetriesExhausted, ErrBackoffDurationExceeded or
@@ -82,28 +93,39 @@ const (
 
 // HTTPError is a response that did not deliver a batch. Message is a
 // bounded excerpt of the server's text: the "message" field of a JSON
-// error body when there is one, otherwise the start of the body (R18).
+// error body when there is one, otherwise the start of the body (R18),
+// with the write key replaced by "[redacted]" wherever the server echoed
+// it. A 1xx status (101 Switching Protocols) has no Message: its body is
+// never read (R15).
 type HTTPError struct {
 	StatusCode int
 	Kind       ErrorKind
 	Message    string
 }
 
-// Error describes kind, status and the server's excerpt.
+// Error describes kind, status and the server's excerpt, plus what to do
+// for the statuses that usually mean a configuration mistake: 401 and 403
+// (check the write key) and 404 (the endpoint must be the base URL).
 func (e *HTTPError) Error() string {
 	text := http.StatusText(e.StatusCode)
 	if text == "" {
 		text = "status"
 	}
-	s := fmt.Sprintf("%s response %d %s", e.Kind, e.StatusCode, text)
+	s := fmt.Sprintf("analytics: %s response %d %s", e.Kind, e.StatusCode, text)
 	if e.Message != "" {
 		s += ": " + e.Message
+	}
+	switch e.StatusCode {
+	case http.StatusUnauthorized, http.StatusForbidden:
+		s += " (check the write key)"
+	case http.StatusNotFound:
+		s += " (the endpoint must be the API's base URL, such as " + DefaultEndpoint + ")"
 	}
 	return s
 }
 
 // TransportError is a request that got no HTTP response: connection refused
-// or reset, timeout, TLS failure. Retryable ones are retried with backoff
+// or reset, timeout, TLS failure. Its text never contains the write key. Retryable ones are retried with backoff
 // and reach OnError wrapped in a budget error; deterministic ones (TLS
 // certificate verification, bad URL) fail at once (R14).
 type TransportError struct {
@@ -133,7 +155,7 @@ type DeliveryError struct {
 func (e *DeliveryError) Error() string {
 	s := fmt.Sprintf("%s after %d attempt(s)", e.Reason.Error(), e.Attempts)
 	if e.Last != nil {
-		s += ": " + e.Last.Error()
+		s += ": " + strings.TrimPrefix(e.Last.Error(), "analytics: ")
 	}
 	return s
 }

@@ -286,7 +286,7 @@ func ExampleWithLogger() {
 	defer cancel()
 	_ = client.Close(ctx)
 	// Output:
-	// {"level":"error","msg":"events not delivered","events":1,"error":"non-retryable response 403 Forbidden: source disabled"}
+	// {"level":"error","msg":"events not delivered","events":1,"error":"analytics: non-retryable response 403 Forbidden: source disabled (check the write key)"}
 }
 
 // EnqueueContext is the blocking mode for backfills and batch jobs that must

@@ -1,6 +1,7 @@
 package analytics
 
 import (
+	"reflect"
 	"strings"
 	"time"
 )
@@ -112,6 +113,35 @@ type Alias struct {
 	Timestamp    time.Time
 	Context      Context
 	Integrations Integrations
+}
+
+// notAMessage is the error of an enqueue call given nil, a nil pointer, or
+// a type outside the closed set.
+func notAMessage(m Message) error {
+	const pass = "(pass a Track, Identify, Group, Page, Screen or Alias, or a non-nil pointer to one)"
+	typ := ""
+	switch m.(type) {
+	case nil:
+		return &MessageError{Field: "Message", Reason: "is nil " + pass}
+	case *Track:
+		typ = "track"
+	case *Identify:
+		typ = "identify"
+	case *Group:
+		typ = "group"
+	case *Page:
+		typ = "page"
+	case *Screen:
+		typ = "screen"
+	case *Alias:
+		typ = "alias"
+	}
+	if typ != "" {
+		return &MessageError{Type: typ, Field: "Message", Reason: "is a nil pointer " + pass}
+	}
+	// reflect.TypeOf, unlike fmt, does not make m (and the caller's maps)
+	// escape: enqueue stays free of allocations.
+	return &MessageError{Field: "Message", Reason: "has type " + reflect.TypeOf(m).String() + " " + pass}
 }
 
 func missing(typ, field string) error {

@@ -474,7 +474,7 @@ func TestOAuthCloseCancelsTokenRequest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fa := newFakeAuth(reply{hold: time.Hour})
 		cb := &callbacks{}
-		c := newOAuthClient(t, fa, newFakeAPI(nil), cb, WithHTTPTimeout(2*time.Hour))
+		c := newOAuthClient(t, fa, newFakeAPI(nil), cb, WithHTTPTimeout(MaxHTTPTimeout))
 		mustTrack(t, c, "m1")
 		start := time.Now()
 		assert.ErrorIs(t, closeClient(t, c, 500*time.Millisecond), ErrShutdownInterrupted)

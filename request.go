@@ -12,6 +12,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptrace"
+	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -36,7 +38,8 @@ type sender struct {
 	url       string
 	auth      string
 	userAgent string
-	writeKey  []byte // JSON-encoded once
+	writeKey  []byte   // JSON-encoded once
+	secrets   []string // forms of the write key removed from server text
 	gzip      bool
 	eventSent bool
 	zw        *gzip.Writer // reused across attempts
@@ -52,9 +55,36 @@ func newSender(s *settings, client *http.Client) *sender {
 		auth:      "Basic " + base64.StdEncoding.EncodeToString([]byte(s.writeKey+":")),
 		userAgent: LibraryName + "/" + Version,
 		writeKey:  appendString(nil, s.writeKey),
+		secrets:   writeKeyForms(s.writeKey),
 		gzip:      s.Gzip,
 		eventSent: s.EventSentAt,
 	}
+}
+
+// writeKeyForms lists the ways the write key can appear in text a server
+// echoes: as the Basic credentials (with and without the trailing colon),
+// as escaped in a JSON string (ours, encoding/json's with HTML escapes,
+// and with "/" escaped), and as is. Longer forms come first.
+func writeKeyForms(key string) []string {
+	unquote := func(q string) string { return q[1 : len(q)-1] }
+	ours := unquote(string(appendString(nil, key)))
+	std, _ := json.Marshal(key) // a string always encodes
+	forms := []string{
+		base64.StdEncoding.EncodeToString([]byte(key + ":")),
+		base64.StdEncoding.EncodeToString([]byte(key)),
+		unquote(string(std)),
+		strings.ReplaceAll(unquote(string(std)), "/", `\/`),
+		strings.ReplaceAll(ours, "/", `\/`),
+		ours,
+		key,
+	}
+	out := forms[:0]
+	for _, f := range forms {
+		if f != "" && !slices.Contains(out, f) {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // encodeBody writes {"batch":[…],"sentAt":…,"writeKey":…} into buf; sentAt
@@ -162,38 +192,85 @@ func (s *sender) send(ctx context.Context, b *batch) (response, error) {
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
-		return response{}, err
+		return response{}, s.redactErr(err)
 	}
-	defer resp.Body.Close()
+	// No read of this body may outlive the attempt (R15, R56): when the
+	// attempt's context ends (timeout or Close), the body is closed, which
+	// ends a read that the transport itself would not end (the raw
+	// connection of a 101, a RoundTripper that ignores the context).
+	stop := context.AfterFunc(ctx, func() { _ = resp.Body.Close() })
+	defer func() {
+		stop()
+		_ = resp.Body.Close()
+	}()
 	r := response{status: resp.StatusCode}
 	if vals, ok := resp.Header["Retry-After"]; ok {
 		r.hasRA = true
 		if len(vals) > 0 {
-			r.retryAfter = vals[0]
+			r.retryAfter = s.redact(vals[0])
 		}
 	}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+	if resp.StatusCode < 200 {
+		// A 1xx that reaches the client (101 Switching Protocols) carries
+		// the raw connection as its body: it is decided without reading it
+		// (R15), and closing it closes the connection.
+		return r, nil
+	}
+	if resp.StatusCode > 299 {
 		// A read error part-way changes nothing (R16).
 		raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
-		r.text = excerpt(raw)
+		r.text = clip(s.redact(excerpt(raw)))
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain)) // R56
 	return r, nil
 }
 
+// redacted is what replaces the write key in server text.
+const redacted = "[redacted]"
+
+// redact removes the write key from text the server sent (R18): the key
+// itself, as written in the JSON body, and the Authorization credentials.
+func (s *sender) redact(text string) string {
+	for _, secret := range s.secrets {
+		if secret != "" && strings.Contains(text, secret) {
+			text = strings.ReplaceAll(text, secret, redacted)
+		}
+	}
+	return text
+}
+
+// redactErr returns err with the write key removed from its text; errors.Is
+// and errors.As still see the original chain.
+func (s *sender) redactErr(err error) error {
+	if text := err.Error(); s.redact(text) != text {
+		return &redactedError{text: s.redact(text), err: err}
+	}
+	return err
+}
+
+// redactedError is an error whose text had the write key removed.
+type redactedError struct {
+	text string
+	err  error
+}
+
+func (e *redactedError) Error() string { return e.text }
+func (e *redactedError) Unwrap() error { return e.err }
+
 // excerpt extracts the server's message: the "message" (or "error") string
-// of a JSON object, otherwise the start of the text. It never fails (R16).
+// of a JSON object, otherwise the text. It never fails (R16). The caller
+// clips it (after redaction, so a clip never leaves part of a secret).
 func excerpt(raw []byte) string {
 	var obj map[string]json.RawMessage
 	if json.Unmarshal(raw, &obj) == nil {
 		for _, key := range []string{"message", "error"} {
 			var s string
 			if json.Unmarshal(obj[key], &s) == nil && s != "" {
-				return clip(s)
+				return s
 			}
 		}
 	}
-	return clip(strings.TrimSpace(string(raw)))
+	return strings.TrimSpace(string(raw))
 }
 
 func clip(s string) string {
@@ -207,11 +284,16 @@ func clip(s string) string {
 	return strings.ToValidUTF8(s[:cut], "\uFFFD") + "…"
 }
 
-// checkRedirect follows 307 and 308 only (R11): Go would re-send 301, 302
-// and 303 as a body-less GET whose 200 would look like delivery. The
-// Authorization header is kept only for the same host.
+// checkRedirect follows 307 and 308 only, and only within the origin
+// (R11): to the same scheme, host and port, or from http to https on the
+// same host (default ports, or the same explicit port). Go would re-send
+// 301, 302 and 303 as a body-less GET whose 200 would look like delivery,
+// and a redirect anywhere else would carry the write key (in the body and
+// Authorization) to a server the user did not configure: those responses
+// reach the classifier as redirect failures (R10), and nothing is sent to
+// the other location. A followed request keeps the original Authorization.
 func checkRedirect(req *http.Request, via []*http.Request) error {
-	if len(via) >= 10 {
+	if len(via) == 0 || len(via) >= 10 || req.Response == nil {
 		return http.ErrUseLastResponse
 	}
 	switch req.Response.StatusCode {
@@ -219,10 +301,45 @@ func checkRedirect(req *http.Request, via []*http.Request) error {
 	default:
 		return http.ErrUseLastResponse
 	}
-	if req.URL.Host != via[0].URL.Host {
-		req.Header.Del("Authorization")
+	origin, prev := via[0].URL, via[len(via)-1].URL
+	if !sameOrigin(origin, req.URL) && !upgrade(origin, req.URL) {
+		return http.ErrUseLastResponse
+	}
+	if prev.Scheme == "https" && req.URL.Scheme != "https" {
+		return http.ErrUseLastResponse // no downgrade after an upgrade
+	}
+	if auth, ok := via[0].Header["Authorization"]; ok {
+		req.Header["Authorization"] = auth
 	}
 	return nil
+}
+
+// sameOrigin reports whether a and b have the same scheme, host and port.
+func sameOrigin(a, b *url.URL) bool {
+	return a.Scheme == b.Scheme && strings.EqualFold(a.Hostname(), b.Hostname()) && port(a) == port(b)
+}
+
+// upgrade reports whether to is from on https instead of http: the same
+// host, and the default ports (80 → 443) or the same explicit port.
+func upgrade(from, to *url.URL) bool {
+	if from.Scheme != "http" || to.Scheme != "https" || !strings.EqualFold(from.Hostname(), to.Hostname()) {
+		return false
+	}
+	return port(from) == "80" && port(to) == "443" || from.Port() != "" && from.Port() == to.Port()
+}
+
+// port is u's port, or the default port of its scheme.
+func port(u *url.URL) string {
+	if p := u.Port(); p != "" {
+		return p
+	}
+	switch u.Scheme {
+	case "http":
+		return "80"
+	case "https":
+		return "443"
+	}
+	return ""
 }
 
 func newHTTPClient(s *settings) *http.Client {

@@ -1,24 +1,32 @@
 package analytics
 
 import (
+	"bufio"
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 )
 
 // R9–R16, R25, R58: the classifier over the whole status space.
@@ -65,10 +73,10 @@ func TestExcerpt(t *testing.T) {
 	assert.Equal(t, `{"message":7}`, excerpt([]byte(`{"message":7}`)))
 	assert.Equal(t, "[]", excerpt([]byte(`[]`)))
 	assert.Equal(t, "", excerpt(nil))
-	long := excerpt(bytes.Repeat([]byte("é"), 2000))
+	long := clip(excerpt(bytes.Repeat([]byte("é"), 2000)))
 	assert.LessOrEqual(t, len(long), maxExcerpt+len("…"))
 	assert.True(t, strings.HasSuffix(long, "…"))
-	assert.Equal(t, "\uFFFD", excerpt([]byte{0xff}))
+	assert.Equal(t, "\uFFFD", clip(excerpt([]byte{0xff})))
 }
 
 // loopback is a real HTTP server on 127.0.0.1 recording requests.
@@ -310,4 +318,362 @@ func TestConnectionsReusedAcrossConsumers(t *testing.T) {
 	// complete too, so a few more than one per consumer can happen; without
 	// the idle pool it is one dial for most requests.
 	assert.LessOrEqual(t, dials.Load(), int32(2*consumers), "connections dialled for %d requests", c.Stats().Requests)
+}
+
+// rawServer is a TCP listener on 127.0.0.1 that reads one HTTP request per
+// connection and writes answer(n) as raw bytes; with hold it then keeps the
+// connection open until the server is closed. It speaks HTTP only as far as
+// a test needs, so it can send what net/http's server never would.
+type rawServer struct {
+	ln     net.Listener
+	answer func(n int) (raw string, hold bool)
+	mu     sync.Mutex
+	conns  []net.Conn
+	n      int
+	wg     sync.WaitGroup
+	closed bool
+}
+
+func newRawServer(t testing.TB, answer func(n int) (string, bool)) *rawServer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	s := &rawServer{ln: ln, answer: answer}
+	s.wg.Add(1)
+	go s.accept()
+	t.Cleanup(s.close)
+	return s
+}
+
+func (s *rawServer) url() string { return "http://" + s.ln.Addr().String() }
+
+func (s *rawServer) requests() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n
+}
+
+func (s *rawServer) accept() {
+	defer s.wg.Done()
+	for {
+		conn, err := s.ln.Accept()
+		if err != nil {
+			return
+		}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			_ = conn.Close()
+			return
+		}
+		s.conns = append(s.conns, conn)
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go s.serve(conn)
+	}
+}
+
+func (s *rawServer) serve(conn net.Conn) {
+	defer s.wg.Done()
+	defer conn.Close()
+	br := bufio.NewReader(conn)
+	for {
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		_, _ = io.Copy(io.Discard, req.Body)
+		s.mu.Lock()
+		n := s.n
+		s.n++
+		s.mu.Unlock()
+		raw, hold := s.answer(n)
+		if _, err := io.WriteString(conn, raw); err != nil {
+			return
+		}
+		if hold {
+			_, _ = io.Copy(io.Discard, conn) // until the client or close() ends it
+			return
+		}
+	}
+}
+
+func (s *rawServer) close() {
+	s.mu.Lock()
+	s.closed = true
+	for _, c := range s.conns {
+		_ = c.Close()
+	}
+	s.mu.Unlock()
+	_ = s.ln.Close()
+	s.wg.Wait()
+}
+
+// R15, R56: a server that answers 101 Switching Protocols and holds the
+// connection gets a non-retryable failure at once; no consumer is held, the
+// event gets its OnError before Close, Close returns on time and nothing of
+// the connection outlives Close.
+func TestSwitchingProtocolsDoesNotWedgeConsumers(t *testing.T) {
+	srv := newRawServer(t, func(int) (string, bool) {
+		return "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n", true
+	})
+	const timeout = 2 * time.Second
+	failed := make(chan error, 10)
+	c, err := New("wk", WithEndpoint(srv.url()), WithFlushAt(1), WithConsumers(1), WithHTTPTimeout(timeout),
+		WithOnError(func(err error, _ []Message) { failed <- err }))
+	require.NoError(t, err)
+	start := time.Now()
+	// One consumer and two batches: the second is sent only if the first
+	// did not wedge the consumer.
+	mustTrack(t, c, "m1")
+	mustTrack(t, c, "m2")
+	for i := 0; i < 2; i++ {
+		select {
+		case err := <-failed:
+			var he *HTTPError
+			if assert.ErrorAs(t, err, &he) {
+				assert.Equal(t, 101, he.StatusCode)
+				assert.Equal(t, KindNonRetryable, he.Kind)
+			}
+		case <-time.After(timeout + time.Second):
+			t.Errorf("event %d: no OnError within the HTTP timeout (%v) of a 101 answer", i+1, timeout)
+		}
+	}
+	assert.Less(t, time.Since(start), timeout, "a 101 is decided without waiting for its body")
+	assert.Equal(t, 2, srv.requests())
+
+	closeStart := time.Now()
+	err = closeClient(t, c, time.Second)
+	assert.NoError(t, err, "both events already had their disposition")
+	assert.Less(t, time.Since(closeStart), 1500*time.Millisecond, "Close within its deadline + 0.5 s")
+	assert.Empty(t, failed, "no callback after Close")
+	// Nothing of the client survives Close, though the server still holds
+	// its end of both connections.
+	goleak.VerifyNone(t, goleak.IgnoreCurrent(),
+		goleak.IgnoreAnyFunction("github.com/relaykit/analytics-go.(*rawServer).serve"),
+		goleak.IgnoreAnyFunction("github.com/relaykit/analytics-go.(*rawServer).accept"))
+}
+
+// redirectRig maps host names to loopback servers through the client's
+// dialer, so a test can redirect across hosts, ports, subdomains and
+// schemes without DNS.
+type redirectRig struct {
+	hosts  map[string]string // "host:port" → listener address
+	client *http.Client
+}
+
+func newRedirectRig(tlsServers ...*httptest.Server) *redirectRig {
+	rig := &redirectRig{hosts: map[string]string{}}
+	pool := x509.NewCertPool()
+	for _, s := range tlsServers {
+		if s.TLS != nil {
+			pool.AddCert(s.Certificate())
+		}
+	}
+	var d net.Dialer
+	rig.client = &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			to, ok := rig.hosts[addr]
+			if !ok {
+				return nil, fmt.Errorf("no server for %s", addr)
+			}
+			return d.DialContext(ctx, network, to)
+		},
+		// httptest's certificate is for example.com.
+		TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "example.com"},
+	}}
+	return rig
+}
+
+// R10, R11: a 307/308 is followed only within the origin (or from http to
+// https on the same host); anything else fails as a redirect with nothing
+// sent to the other server, and the write key (Authorization or body) never
+// reaches any other host, port or subdomain.
+func TestRedirectsStayWithinTheOrigin(t *testing.T) {
+	const key = "wk-redirect-secret"
+	auth := "Basic " + base64.StdEncoding.EncodeToString([]byte(key+":"))
+	cases := []struct {
+		name     string
+		origin   string // endpoint
+		location string
+		follow   bool
+	}{
+		{"other port", "http://api.test", "http://api.test:8080/v1/batch", false},
+		{"other host", "http://api.test", "http://other.test/v1/batch", false},
+		{"subdomain", "http://api.test", "http://eu.api.test/v1/batch", false},
+		{"parent domain", "http://eu.api.test", "http://api.test/v1/batch", false},
+		{"scheme-relative other host", "http://api.test", "//other.test/v1/batch", false},
+		{"https to http same host", "https://api.test", "http://api.test/v1/batch", false},
+		{"http to https other host", "http://api.test", "https://other.test/v1/batch", false},
+		{"http to https subdomain", "http://api.test", "https://eu.api.test/v1/batch", false},
+		{"http to https same host", "http://api.test", "https://api.test/v1/batch-alt", true},
+		{"same origin", "http://api.test", "http://api.test/v1/batch-alt", true},
+	}
+	for _, tc := range cases {
+		for _, status := range []int{307, 308} {
+			t.Run(fmt.Sprintf("%s/%d", tc.name, status), func(t *testing.T) {
+				var (
+					mu       sync.Mutex
+					atOrigin []*http.Request
+					atTarget []*http.Request
+					bodies   [][]byte
+				)
+				record := func(list *[]*http.Request, r *http.Request) {
+					body, _ := io.ReadAll(r.Body)
+					mu.Lock()
+					*list = append(*list, r)
+					bodies = append(bodies, body)
+					mu.Unlock()
+				}
+				originH := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					record(&atOrigin, r)
+					if r.URL.Path == "/v1/batch" {
+						w.Header().Set("Location", tc.location)
+						w.WriteHeader(status)
+					}
+				})
+				targetH := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { record(&atTarget, r) })
+				newSrv := func(h http.Handler, https bool) *httptest.Server {
+					var s *httptest.Server
+					if https {
+						s = httptest.NewTLSServer(h)
+					} else {
+						s = httptest.NewServer(h)
+					}
+					t.Cleanup(s.Close)
+					return s
+				}
+				ou, err := url.Parse(tc.origin)
+				require.NoError(t, err)
+				lu, err := ou.Parse(tc.location)
+				require.NoError(t, err)
+				origin := newSrv(originH, ou.Scheme == "https")
+				target := origin
+				sameServer := tc.follow && ou.Scheme == lu.Scheme
+				if !sameServer {
+					target = newSrv(targetH, lu.Scheme == "https")
+				}
+				rig := newRedirectRig(origin, target)
+				defer rig.client.CloseIdleConnections()
+				rig.hosts[hostPort(ou)] = origin.Listener.Addr().String()
+				rig.hosts[hostPort(lu)] = target.Listener.Addr().String()
+
+				cb := &callbacks{}
+				c, err := New(key, append(cb.options(), WithEndpoint(tc.origin), WithHTTPClient(rig.client))...)
+				require.NoError(t, err)
+				mustTrack(t, c, "m1")
+				require.NoError(t, closeClient(t, c, 5*time.Second))
+
+				mu.Lock()
+				defer mu.Unlock()
+				if lu.Host != ou.Host {
+					for _, r := range atTarget {
+						assert.NotEqual(t, auth, r.Header.Get("Authorization"), "Authorization sent to %s", tc.location)
+					}
+					for _, b := range bodies[len(atOrigin):] {
+						assert.NotContains(t, string(b), key, "the body (and its writeKey) sent to %s", tc.location)
+					}
+				}
+				if !tc.follow {
+					assert.Empty(t, atTarget, "nothing reaches %s", tc.location)
+					assert.Len(t, atOrigin, 1)
+					require.Len(t, cb.errors(), 1)
+					var he *HTTPError
+					require.ErrorAs(t, cb.errors()[0].err, &he)
+					assert.Equal(t, KindRedirect, he.Kind)
+					assert.Equal(t, status, he.StatusCode)
+					assert.Empty(t, cb.delivered())
+					return
+				}
+				assert.Equal(t, []string{"m1"}, cb.delivered())
+				all := append(append([]*http.Request(nil), atOrigin...), atTarget...)
+				require.Len(t, all, 2)
+				assert.Equal(t, "/v1/batch-alt", all[1].URL.Path)
+				assert.Equal(t, http.MethodPost, all[1].Method)
+				assert.Equal(t, bodies[0], bodies[1], "the same body")
+				assert.Equal(t, auth, all[1].Header.Get("Authorization"), "same host: Authorization kept")
+			})
+		}
+	}
+}
+
+func hostPort(u *url.URL) string {
+	if u.Port() != "" {
+		return u.Host
+	}
+	if u.Scheme == "https" {
+		return u.Hostname() + ":443"
+	}
+	return u.Hostname() + ":80"
+}
+
+// R11: the policy itself, hop by hop, including where Authorization may go.
+func TestCheckRedirectPolicy(t *testing.T) {
+	mk := func(method, raw string, status int) *http.Request {
+		u, err := url.Parse(raw)
+		require.NoError(t, err)
+		r := &http.Request{Method: method, URL: u, Header: http.Header{"Authorization": {"Basic x"}}}
+		if status != 0 {
+			r.Response = &http.Response{StatusCode: status}
+		}
+		return r
+	}
+	first := mk("POST", "http://api.test/v1/batch", 0)
+	for _, tc := range []struct {
+		to     string
+		status int
+		follow bool
+	}{
+		{"http://api.test/v1/batch2", 307, true},
+		{"http://API.test:80/v1/batch2", 308, true},
+		{"https://api.test/v1/batch2", 307, true},
+		{"http://api.test/v1/batch2", 302, false},
+		{"http://api.test:81/v1/batch2", 307, false},
+		{"https://api.test:8443/v1/batch2", 307, false},
+		{"http://eu.api.test/v1/batch2", 307, false},
+		{"http://api.test.evil/v1/batch2", 307, false},
+		{"ftp://api.test/v1/batch2", 307, false},
+	} {
+		next := mk("POST", tc.to, tc.status)
+		err := checkRedirect(next, []*http.Request{first})
+		if tc.follow {
+			assert.NoError(t, err, tc.to)
+			assert.Equal(t, "Basic x", next.Header.Get("Authorization"), tc.to)
+		} else {
+			assert.ErrorIs(t, err, http.ErrUseLastResponse, "%s %d", tc.to, tc.status)
+		}
+	}
+	// After an upgrade to https, going back to http is a downgrade.
+	up := mk("POST", "https://api.test/v1/batch2", 307)
+	back := mk("POST", "http://api.test/v1/batch3", 307)
+	assert.ErrorIs(t, checkRedirect(back, []*http.Request{first, up}), http.ErrUseLastResponse)
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// R15, R56: a body whose reads ignore the request context (here a pipe that
+// never delivers) is closed when the attempt's timeout ends, for every
+// status class; send never outlives its context.
+func TestBodyReadEndsWithTheAttempt(t *testing.T) {
+	for _, status := range []int{101, 200, 500, 600} {
+		synctest.Test(t, func(t *testing.T) {
+			pr, pw := io.Pipe()
+			defer pw.Close()
+			rt := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				return &http.Response{StatusCode: status, Header: http.Header{}, Body: pr, Request: r}, nil
+			})
+			s, err := resolve("wk", []Option{WithEndpoint("http://api.test")})
+			require.NoError(t, err)
+			snd := newSender(&s, &http.Client{Transport: rt})
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			start := time.Now()
+			r, err := snd.send(ctx, benchBatch(1))
+			require.NoError(t, err)
+			assert.Equal(t, status, r.status)
+			assert.LessOrEqual(t, time.Since(start), 3*time.Second, "status %d", status)
+		})
+	}
 }

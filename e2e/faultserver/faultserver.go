@@ -6,7 +6,8 @@
 // batch's messageIds) as soon as the request body has been read, and then
 // answers from a per-scenario script: an ordered list of responses (status,
 // headers, body, a delay before the headers, "close the socket without a
-// response", "send the headers and then truncate the body"). When the script
+// response", "send the headers and then truncate the body", "answer 101
+// Switching Protocols and hold the connection"). When the script
 // runs out its last entry repeats. Rules can key a script on the messageId a
 // batch carries, or on the request path, and Options.Respond allows a
 // programmatic answer (for example seeded random faults). In gateway mode the
@@ -65,7 +66,8 @@ var ErrClosed = errors.New("faultserver: server closed")
 // The zero value answers 200 with an empty body.
 type Response struct {
 	// Status is the status code; 0 means 200. Codes from 200 to 999 are
-	// supported (for example 600 or 999); 1xx codes are not.
+	// supported (for example 600 or 999); for a 1xx answer use
+	// SwitchProtocols.
 	Status int
 	// Header holds response headers, for example {"Retry-After": "2"}. Keys
 	// are canonicalised; values are sent verbatim, and an empty value is
@@ -92,6 +94,18 @@ type Response struct {
 	TruncateBody bool
 	// ContentLength is the Content-Length announced with TruncateBody.
 	ContentLength int
+	// SwitchProtocols answers "101 Switching Protocols" (with Connection:
+	// Upgrade, Upgrade: h2c and the headers of Header) after Delay, and then
+	// holds the connection open, sending nothing more, until the client
+	// closes it or the server is closed. Status and Body are ignored; the
+	// record's Status is 101 and Finished is set when the connection ends.
+	SwitchProtocols bool
+}
+
+// SwitchingProtocols returns a response that answers 101 Switching
+// Protocols and holds the connection (see Response.SwitchProtocols).
+func SwitchingProtocols() Response {
+	return Response{SwitchProtocols: true}
 }
 
 // StatusCode returns the status the response answers with (Status, or 200
@@ -622,6 +636,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, rec *Request, res
 		s.finish(rec)
 	case resp.TruncateBody:
 		s.truncated(w, rec, resp)
+	case resp.SwitchProtocols:
+		s.switchProtocols(w, rec, resp)
 	default:
 		h := w.Header()
 		setHeaders(h, resp)
@@ -712,6 +728,35 @@ func (s *Server) truncated(w http.ResponseWriter, rec *Request, resp Response) {
 	s.markResponded(rec, status)
 	_, _ = conn.Write(b.Bytes())
 	s.finish(rec)
+}
+
+// switchProtocols writes a 101 status line and holds the connection until
+// the client closes it or Close closes it.
+func (s *Server) switchProtocols(w http.ResponseWriter, rec *Request, resp Response) {
+	conn := s.hijack(w, rec)
+	defer s.dropConn(conn)
+	h := http.Header{"Connection": {"Upgrade"}, "Upgrade": {"h2c"}}
+	for k, v := range resp.Header {
+		h[textproto.CanonicalMIMEHeaderKey(k)] = []string{v}
+	}
+	var b bytes.Buffer
+	b.WriteString("HTTP/1.1 101 Switching Protocols\r\n")
+	_ = h.Write(&b)
+	b.WriteString("\r\n")
+	s.markResponded(rec, http.StatusSwitchingProtocols)
+	if _, err := conn.Write(b.Bytes()); err == nil {
+		_, _ = io.Copy(io.Discard, conn) // hold: returns when either side closes
+	}
+	s.finish(rec)
+}
+
+// URLAs returns the server's base URL with host in place of 127.0.0.1,
+// for example "http://localhost:PORT": a name that resolves to the same
+// listener but is another host to an HTTP client (a redirect there crosses
+// hosts).
+func (s *Server) URLAs(host string) string {
+	_, port, _ := net.SplitHostPort(s.Addr())
+	return "http://" + net.JoinHostPort(host, port)
 }
 
 func setHeaders(h http.Header, resp Response) {

@@ -1,6 +1,7 @@
 package faultserver
 
 import (
+	"bufio"
 	"bytes"
 	"compress/gzip"
 	"context"
@@ -10,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -729,4 +731,66 @@ func TestHelpers(t *testing.T) {
 	assert.True(t, Request{Status: 204}.Delivered())
 	assert.False(t, Request{Status: 302}.Delivered())
 	assert.True(t, errors.Is(ErrClosed, ErrClosed))
+}
+
+func TestSwitchProtocolsHoldsTheConnection(t *testing.T) {
+	s := start(t, Options{Script: []Response{SwitchingProtocols()}})
+	conn, err := net.Dial("tcp", s.Addr())
+	require.NoError(t, err)
+	body := batchBody(t, "wk", track("m1"))
+	_, err = fmt.Fprintf(conn, "POST /v1/batch HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	require.NoError(t, err)
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	require.NoError(t, err)
+	assert.Equal(t, 101, resp.StatusCode)
+	assert.Equal(t, "Upgrade", resp.Header.Get("Connection"))
+
+	reqs, err := s.WaitRequests(ctxT(t, time.Second), 1)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"m1"}, reqs[0].MessageIDs)
+	// Held: nothing more arrives and the request is not finished.
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(100*time.Millisecond)))
+	n, err := br.Read(make([]byte, 1))
+	assert.Zero(t, n)
+	var ne net.Error
+	require.ErrorAs(t, err, &ne)
+	assert.True(t, ne.Timeout())
+	assert.False(t, s.Requests()[0].Done())
+
+	// The client closing its end finishes the request.
+	require.NoError(t, conn.Close())
+	reqs, err = s.WaitFinished(ctxT(t, 2*time.Second), 1)
+	require.NoError(t, err)
+	assert.Equal(t, 101, reqs[0].Status)
+	assert.Empty(t, s.Delivered())
+}
+
+func TestSwitchProtocolsEndsAtClose(t *testing.T) {
+	s, err := Start(Options{Script: []Response{SwitchingProtocols()}})
+	require.NoError(t, err)
+	conn, err := net.Dial("tcp", s.Addr())
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = io.WriteString(conn, "POST /v1/batch HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+	require.NoError(t, err)
+	_, err = http.ReadResponse(bufio.NewReader(conn), nil)
+	require.NoError(t, err)
+	done := make(chan struct{})
+	go func() { s.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not end a held 101 connection")
+	}
+	assert.True(t, s.Requests()[0].Done())
+}
+
+func TestURLAs(t *testing.T) {
+	s := start(t, Options{})
+	_, port, err := net.SplitHostPort(s.Addr())
+	require.NoError(t, err)
+	assert.Equal(t, "http://localhost:"+port, s.URLAs("localhost"))
+	st, _, _ := send(t, newClient(t), s.URLAs("localhost"), "m1")
+	assert.Equal(t, 200, st)
 }
