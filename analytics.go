@@ -61,7 +61,8 @@ type Client struct {
 	q            *queue
 	room         *waitingRoom
 	settle       *settler
-	withMessages bool // a callback is registered: events carry a copy of their Message
+	withMessages bool     // a callback is registered: events carry a copy of their Message
+	disk         *durable // WithDiskBuffer; nil in memory mode
 
 	closed          atomic.Bool        // fast path for enqueue after Close
 	retire          chan struct{}      // closed by Close once consumers are no longer needed
@@ -95,6 +96,16 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 		},
 		withMessages: s.onSuccess != nil || s.onError != nil,
 		retire:       make(chan struct{}),
+	}
+	if s.disk != nil {
+		var replay []event
+		c.disk, replay, err = openDurable(s.disk, s.logger, c.withMessages)
+		if err != nil {
+			return nil, err
+		}
+		c.settle.disk = c.disk
+		q.onTake = c.disk.beforeBatch
+		q.preload(replay) // sent before any new event
 	}
 	c.interrupt, c.cancelInterrupt = context.WithCancel(context.Background())
 	httpClient := newHTTPClient(&s)
@@ -269,7 +280,7 @@ func (c *Client) Close(ctx context.Context) error {
 	}
 	n := c.settle.stats.handedBack.Load() - handedBefore + int64(len(rest))
 	if len(rest) > 0 {
-		err := &DeliveryError{Reason: ErrShutdownInterrupted}
+		err := &DeliveryError{Reason: ErrShutdownInterrupted, Kept: c.disk != nil}
 		settled := make(chan struct{})
 		go func() {
 			defer close(settled)
@@ -286,13 +297,18 @@ func (c *Client) Close(ctx context.Context) error {
 		}
 	}
 	c.settle.reportDrops(true)
+	kept := ""
+	if c.disk != nil {
+		c.disk.close() // handed-back events stay on disk
+		kept = " (kept in the disk buffer)"
+	}
 	if n == 0 && !(interrupted && c.q.outstanding() > 0) {
 		return nil
 	}
 	if cause := context.Cause(ctx); cause != nil {
-		return fmt.Errorf("%w: %d event(s) handed back: %w", ErrShutdownInterrupted, n, cause)
+		return fmt.Errorf("%w: %d event(s) handed back%s: %w", ErrShutdownInterrupted, n, kept, cause)
 	}
-	return fmt.Errorf("%w: %d event(s) handed back", ErrShutdownInterrupted, n)
+	return fmt.Errorf("%w: %d event(s) handed back%s", ErrShutdownInterrupted, n, kept)
 }
 
 // closedTimeChan is a channel that is always ready: the grace period has

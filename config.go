@@ -123,6 +123,7 @@ type settings struct {
 	logger     *zap.Logger
 	onSuccess  func(events []Message)
 	onError    func(err error, events []Message)
+	disk       *diskSettings // WithDiskBuffer; nil in memory mode
 	errs       []error
 }
 

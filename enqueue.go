@@ -77,11 +77,17 @@ func (c *Client) accept(ctx context.Context, wait bool, sc *scratch, withCopy Me
 		err = fmt.Errorf("%w: %d bytes of JSON, limit %d", ErrEventTooLarge, len(e.buf), MaxEventBytes)
 	}
 	var ev event
+	if err == nil && c.disk != nil {
+		err = c.appendDurable(&ev, e.buf) // written to the OS before the call returns
+	}
 	if err == nil {
 		ev.data, ev.slab = sc.copyToSlab(e.buf)
 	}
 	putScratch(sc)
 	if err != nil {
+		if errors.Is(err, ErrQueueFull) {
+			c.settle.stats.dropped.Add(1)
+		}
 		return err
 	}
 	ev.msg = withCopy
@@ -91,6 +97,9 @@ func (c *Client) accept(ctx context.Context, wait bool, sc *scratch, withCopy Me
 		err = c.q.push(ev)
 	}
 	if err != nil {
+		if c.disk != nil {
+			c.disk.ack([]event{ev}) // not accepted: not replayed either
+		}
 		releaseEvents([]event{ev}) // not accepted: the queue holds no copy
 		if errors.Is(err, ErrQueueFull) {
 			c.settle.stats.dropped.Add(1)

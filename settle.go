@@ -18,8 +18,9 @@ type settler struct {
 	log       *zap.Logger
 	onSuccess func([]Message)
 	onError   func(error, []Message)
-	ledger    *queue // discharged once per event
-	capacity  int    // QueueCapacity, for the drop warning
+	ledger    *queue   // discharged once per event
+	capacity  int      // QueueCapacity, for the drop warning
+	disk      *durable // durable mode: outcomes are acknowledged on disk; nil otherwise
 
 	stats counters
 
@@ -49,7 +50,7 @@ func (s *settler) handBack(b *batch, cause error) {
 	if cause != nil {
 		last = cause
 	}
-	s.events(b.events, &DeliveryError{Reason: ErrShutdownInterrupted, Last: last, Attempts: b.attempts})
+	s.events(b.events, &DeliveryError{Reason: ErrShutdownInterrupted, Last: last, Attempts: b.attempts, Kept: s.disk != nil})
 	recycle(b)
 }
 
@@ -65,9 +66,14 @@ func (s *settler) rateLimitExceeded(bs []*batch) {
 }
 
 // events settles evs with err (nil: delivered). Counters move before the
-// callback runs, so Close can count hand-backs whose callbacks are slow.
+// callback runs, so Close can count hand-backs whose callbacks are slow. In
+// durable mode delivered and failed events are acknowledged on disk before
+// the ledger is discharged; handed-back events stay on disk.
 func (s *settler) events(evs []event, err error) {
 	n := int64(len(evs))
+	if s.disk != nil && !errors.Is(err, ErrShutdownInterrupted) {
+		s.disk.ack(evs)
+	}
 	switch {
 	case err == nil:
 		s.stats.delivered.Add(n)
@@ -141,6 +147,11 @@ type Stats struct {
 	Retries        int64 // counted retries sent (a retry cut off by Close is not counted)
 	RateLimited    int64 // responses with a usable Retry-After
 	RateLimitWaits int64 // waits of a consumer at the closed rate-limit gate
+
+	// Durable mode only (WithDiskBuffer), all set at New:
+	Replayed    int64 // events an earlier client left in the disk buffer, sent first
+	DiskTorn    int64 // torn records (a write cut short by a crash) skipped at New
+	DiskCorrupt int64 // corrupt regions before valid records, and records that were not events, skipped at New
 }
 
 type counters struct {
@@ -153,7 +164,7 @@ type counters struct {
 // use; the counters are read one by one, not as one atomic snapshot.
 func (c *Client) Stats() Stats {
 	s := &c.settle.stats
-	return Stats{
+	st := Stats{
 		Delivered:      s.delivered.Load(),
 		Failed:         s.failed.Load(),
 		HandedBack:     s.handedBack.Load(),
@@ -165,4 +176,10 @@ func (c *Client) Stats() Stats {
 		RateLimited:    s.rateLimited.Load(),
 		RateLimitWaits: s.rateLimitWaits.Load(),
 	}
+	if d := c.disk; d != nil {
+		st.Replayed = d.replayed.Load()
+		ds := d.log.Stats()
+		st.DiskTorn, st.DiskCorrupt = int64(ds.Torn), int64(ds.Corrupt)+d.skipped.Load()
+	}
+	return st
 }
