@@ -263,10 +263,10 @@ func valid(p []byte) (int, bool) {
 		return 0, false
 	}
 	body := p[headerSize : headerSize+int(n)]
-	if crc32.Checksum(body, castagnoli) != binary.LittleEndian.Uint32(p[4:]) {
+	if body[0] != kindEvent && body[0] != kindAck { // cheap test first: resyncing tries every offset
 		return 0, false
 	}
-	if body[0] != kindEvent && body[0] != kindAck {
+	if crc32.Checksum(body, castagnoli) != binary.LittleEndian.Uint32(p[4:]) {
 		return 0, false
 	}
 	return headerSize + int(n), true
@@ -286,9 +286,8 @@ func (l *Log) rotate() error {
 		last.sealed = true
 	}
 	if l.active != nil {
-		if err := l.active.Close(); err != nil {
-			return &os.PathError{Op: "close", Path: l.segs[len(l.segs)-1].path, Err: err}
-		}
+		// Sealed either way: its records were written, or failed, by write(2).
+		_ = l.active.Close()
 		l.active = nil
 	}
 	s := &Segment{seq: seq, path: l.segPath(seq)}
