@@ -69,6 +69,8 @@ type Options struct {
 	MaxBytes     int64 // the segments together never exceed this
 	// Logf reports skipped records; nil is silent.
 	Logf func(format string, args ...any)
+	// NoMmap writes with write(2) on Linux too (see active).
+	NoMmap bool
 }
 
 // Segment is one segment file. Its methods are not exported; callers keep
@@ -103,11 +105,9 @@ type Log struct {
 	mu     sync.Mutex
 	lock   io.Closer
 	segs   []*Segment // oldest first; the last is active unless closed
-	active *os.File
-	total  int64 // bytes of all segments
+	act    active     // nil after a failed write until the next rotate, and after Close
 	buf    []byte
 	closed bool
-	err    error // sticky write error of the active segment
 	dirty  atomic.Bool
 	stats  Stats
 }
@@ -131,10 +131,10 @@ func Open(dir string, opts Options) (*Log, []Replayed, error) {
 	l := &Log{dir: dir, opts: opts, lock: lock, buf: make([]byte, 0, 4096)}
 	replayed, err := l.load()
 	if err == nil {
-		err = l.rotate()
+		err = l.rotate(false)
 	}
 	if err != nil {
-		l.closeFiles()
+		_ = l.sealActiveLocked()
 		lock.Close()
 		return nil, nil, err
 	}
@@ -186,31 +186,21 @@ func (l *Log) load() ([]Replayed, error) {
 			return nil, err
 		}
 		s.size = int64(len(data))
-		l.total += s.size
 		bySeq[seq] = s
 		l.segs = append(l.segs, s)
-		l.scan(s, data, func(off int, kind byte, payload []byte) {
+		scanRecords(data, l.skipped(s), func(off int, kind byte, payload []byte) {
 			switch kind {
 			case kindEvent:
 				events = append(events, Replayed{Seg: s, Off: uint32(off), Data: payload})
 			case kindAck:
-				for len(payload) > 0 {
-					sq, n := binary.Uvarint(payload)
-					if n <= 0 {
-						return
-					}
-					o, m := binary.Uvarint(payload[n:])
-					if m <= 0 {
-						return
-					}
-					payload = payload[n+m:]
+				forEachAck(payload, func(sq, o uint64) {
 					if t := bySeq[sq]; t != nil {
 						acked[eventRef{t, uint32(o)}] = true
 						if t != s && !slices.Contains(s.refs, sq) {
 							s.refs = append(s.refs, sq)
 						}
 					}
-				}
+				})
 			}
 		})
 	}
@@ -225,30 +215,47 @@ func (l *Log) load() ([]Replayed, error) {
 	return out, nil
 }
 
-// scan calls f for every valid record of data, skipping invalid regions.
-func (l *Log) scan(s *Segment, data []byte, f func(off int, kind byte, payload []byte)) {
+// skipped returns the reporter of invalid regions in s for scanRecords.
+func (l *Log) skipped(s *Segment) func(off, n int, torn bool) {
+	return func(off, n int, torn bool) {
+		if torn {
+			l.stats.Torn++
+			l.logf("diskbuf: skipped a torn record (%d bytes) at the end of %s", n, filepath.Base(s.path))
+		} else {
+			l.stats.Corrupt++
+			l.logf("diskbuf: skipped %d corrupt bytes at offset %d of %s", n, off, filepath.Base(s.path))
+		}
+	}
+}
+
+// scanRecords calls f for every valid record of data and bad (if not nil)
+// for every invalid region: torn when no valid record follows it. Zero
+// bytes at the end are the unused part of a preallocated segment.
+func scanRecords(data []byte, bad func(off, n int, torn bool), f func(off int, kind byte, payload []byte)) {
+	end := len(data)
+	for end > 0 && data[end-1] == 0 {
+		end--
+	}
 	off := 0
-	bad := -1 // start of the invalid region being skipped
-	for off < len(data) {
+	from := -1 // start of the invalid region being skipped
+	for off < end {
 		if n, ok := valid(data[off:]); ok {
-			if bad >= 0 {
-				l.stats.Corrupt++
-				l.logf("diskbuf: skipped %d corrupt bytes at offset %d of %s", off-bad, bad, filepath.Base(s.path))
-				bad = -1
+			if from >= 0 && bad != nil {
+				bad(from, off-from, false)
 			}
+			from = -1
 			body := data[off+headerSize : off+n]
 			f(off, body[0], body[1:])
 			off += n
 			continue
 		}
-		if bad < 0 {
-			bad = off
+		if from < 0 {
+			from = off
 		}
 		off++
 	}
-	if bad >= 0 {
-		l.stats.Torn++
-		l.logf("diskbuf: skipped a torn record (%d bytes) at the end of %s", len(data)-bad, filepath.Base(s.path))
+	if from >= 0 && bad != nil {
+		bad(from, end-from, true)
 	}
 }
 
@@ -276,94 +283,131 @@ func (l *Log) segPath(seq uint64) string {
 	return filepath.Join(l.dir, fmt.Sprintf("%020d%s", seq, segSuffix))
 }
 
+// active is the writing end of the active segment: a shared memory
+// mapping of the preallocated file on Linux (a copy is all an append costs,
+// and the page cache keeps it when the process dies), the file itself with
+// one write(2) per record elsewhere.
+type active interface {
+	// write stores rec at offset off, the segment's end: the body first
+	// and the header last, so a record cut short has no valid header.
+	write(off int64, rec []byte) error
+	sync() error
+	// seal makes the file used bytes long and closes it.
+	seal(used int64) error
+}
+
 // rotate seals the active segment and starts a new one; l.mu is held (or
-// the log is not shared yet).
-func (l *Log) rotate() error {
+// the log is not shared yet). With limit, the new segment must fit under
+// MaxBytes.
+func (l *Log) rotate(limit bool) error {
 	var seq uint64 = 1
 	if len(l.segs) > 0 {
-		last := l.segs[len(l.segs)-1]
-		seq = last.seq + 1
-		last.sealed = true
+		seq = l.segs[len(l.segs)-1].seq + 1
 	}
-	if l.active != nil {
-		// Sealed either way: its records were written, or failed, by write(2).
-		_ = l.active.Close()
-		l.active = nil
+	if limit && l.usedBytes()+l.opts.SegmentBytes > l.opts.MaxBytes {
+		return ErrFull
 	}
+	_ = l.sealActiveLocked() // sealed either way: its records were written, or failed, before
 	s := &Segment{seq: seq, path: l.segPath(seq)}
-	f, err := os.OpenFile(s.path, os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o600)
+	a, err := openActive(s.path, l.opts.SegmentBytes, l.opts.NoMmap)
 	if err != nil {
 		return err
 	}
-	l.active = f
+	l.act = a
 	l.segs = append(l.segs, s)
 	l.reclaimLocked()
 	return nil
 }
 
-func appendHeader(buf []byte, body []byte) []byte {
-	buf = binary.LittleEndian.AppendUint32(buf, uint32(len(body)))
-	return binary.LittleEndian.AppendUint32(buf, crc32.Checksum(body, castagnoli))
+// sealActiveLocked seals the active segment, if any.
+func (l *Log) sealActiveLocked() error {
+	if l.act == nil {
+		return nil
+	}
+	s := l.segs[len(l.segs)-1]
+	s.sealed = true
+	err := l.act.seal(s.size)
+	l.act = nil
+	return err
 }
 
-// Append writes one event record with a single write(2) and returns its
-// handle. It fails with ErrFull past MaxBytes, ErrClosed after Close, or
-// the *os.PathError of the write; after a failed write the log starts a
-// new segment at the next call, so a partial record is never followed by
-// a good one in the same file.
+// usedBytes is what the segments hold (a sealed segment takes that much
+// on disk; the active one may take up to SegmentBytes).
+func (l *Log) usedBytes() int64 {
+	var n int64
+	for _, s := range l.segs {
+		n += s.size
+	}
+	return n
+}
+
+// writeLocked appends the record in b (header space first, then the body)
+// to the active segment, starting a new one when it does not fit (within
+// MaxBytes if limit), and returns the segment and offset.
+func (l *Log) writeLocked(b []byte, limit bool) (*Segment, uint32, error) {
+	binary.LittleEndian.PutUint32(b, uint32(len(b)-headerSize))
+	binary.LittleEndian.PutUint32(b[4:], crc32.Checksum(b[headerSize:], castagnoli))
+	s := l.segs[len(l.segs)-1]
+	if l.act == nil || s.size+int64(len(b)) > l.opts.SegmentBytes {
+		if err := l.rotate(limit); err != nil {
+			return nil, 0, err
+		}
+		s = l.segs[len(l.segs)-1]
+	}
+	off := s.size
+	if err := l.act.write(off, b); err != nil {
+		// Nothing after a failed write goes to this segment.
+		if serr := l.sealActiveLocked(); serr != nil {
+			err = errors.Join(err, serr)
+		}
+		return nil, 0, err
+	}
+	s.size += int64(len(b))
+	l.dirty.Store(true)
+	return s, uint32(off), nil
+}
+
+// Append writes one event record and returns its handle. It fails with
+// ErrFull when a new segment would take the directory past MaxBytes,
+// ErrClosed after Close, or the error of the file system; after a failed
+// write the next call starts a new segment, so a partial record is never
+// followed by a good one in the same file.
 func (l *Log) Append(payload []byte) (*Segment, uint32, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
 		return nil, 0, ErrClosed
 	}
-	size := int64(headerSize + 1 + len(payload))
-	if l.total+size > l.opts.MaxBytes {
-		return nil, 0, ErrFull
-	}
-	s := l.segs[len(l.segs)-1]
-	if l.err != nil || (s.size > 0 && s.size+size > l.opts.SegmentBytes) {
-		if err := l.rotate(); err != nil {
-			return nil, 0, err
-		}
-		l.err = nil
-		s = l.segs[len(l.segs)-1]
-	}
-	b := l.buf[:0]
-	b = append(b, 0, 0, 0, 0, 0, 0, 0, 0, kindEvent)
+	b := append(l.buf[:0], 0, 0, 0, 0, 0, 0, 0, 0, kindEvent)
 	b = append(b, payload...)
-	binary.LittleEndian.PutUint32(b, uint32(len(b)-headerSize))
-	binary.LittleEndian.PutUint32(b[4:], crc32.Checksum(b[headerSize:], castagnoli))
+	s, off, err := l.writeLocked(b, true)
+	l.keepBuf(b)
+	if err != nil {
+		return nil, 0, err
+	}
+	s.live.Add(1)
+	return s, off, nil
+}
+
+func (l *Log) keepBuf(b []byte) {
 	l.buf = b[:0]
 	if cap(l.buf) > 64<<10 {
 		l.buf = make([]byte, 0, 4096)
 	}
-	off := s.size
-	n, err := l.active.Write(b)
-	s.size += int64(n)
-	l.total += int64(n)
-	if err != nil {
-		l.err = err
-		return nil, 0, err
-	}
-	s.live.Add(1)
-	l.dirty.Store(true)
-	return s, uint32(off), nil
 }
 
 // Ack acknowledges n events: at(i) names the i-th. It writes one ack
-// record (unless every event's segment is already gone) and deletes the
-// segments that no longer hold anything to deliver. The ack record is
-// written even past MaxBytes. A write error is returned, and the events
-// are still counted as acknowledged in this process.
+// record (even past MaxBytes) and deletes the segments that no longer hold
+// anything to deliver. A write error is returned; the events count as
+// acknowledged in this process either way, and a later Open may replay
+// them.
 func (l *Log) Ack(n int, at func(i int) (*Segment, uint32)) error {
 	if n == 0 {
 		return nil
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	b := l.buf[:0]
-	b = append(b, 0, 0, 0, 0, 0, 0, 0, 0, kindAck)
+	b := append(l.buf[:0], 0, 0, 0, 0, 0, 0, 0, 0, kindAck)
 	for i := 0; i < n; i++ {
 		s, off := at(i)
 		b = binary.AppendUvarint(b, s.seq)
@@ -371,49 +415,105 @@ func (l *Log) Ack(n int, at func(i int) (*Segment, uint32)) error {
 		s.live.Add(-1)
 	}
 	var err error
-	if !l.closed && l.err == nil {
-		binary.LittleEndian.PutUint32(b, uint32(len(b)-headerSize))
-		binary.LittleEndian.PutUint32(b[4:], crc32.Checksum(b[headerSize:], castagnoli))
-		act := l.segs[len(l.segs)-1]
-		var w int
-		w, err = l.active.Write(b)
-		act.size += int64(w)
-		l.total += int64(w)
-		if err != nil {
-			l.err = err
-		} else {
+	if !l.closed {
+		var act *Segment
+		if act, _, err = l.writeLocked(b, false); err == nil {
 			for i := 0; i < n; i++ {
-				s, _ := at(i)
-				if s != act && !slices.Contains(act.refs, s.seq) {
+				if s, _ := at(i); s != act && !slices.Contains(act.refs, s.seq) {
 					act.refs = append(act.refs, s.seq)
 				}
 			}
-			l.dirty.Store(true)
 		}
 	}
-	l.buf = b[:0]
+	l.keepBuf(b)
 	l.reclaimLocked()
 	return err
 }
 
-// reclaimLocked deletes every sealed segment with nothing live whose ack
-// records refer only to segments already gone.
+// reclaimLocked deletes every sealed segment with nothing live. Its ack
+// records that name segments still present are first copied to the active
+// segment, so an event stuck in an old segment does not keep newer ones.
 func (l *Log) reclaimLocked() {
 	for changed := true; changed; {
 		changed = false
 		for i := 0; i < len(l.segs); i++ {
 			s := l.segs[i]
-			if !s.sealed || s.live.Load() > 0 || l.refersToLive(s) {
+			if !s.sealed || s.live.Load() > 0 {
+				continue
+			}
+			if l.refersToLive(s) && !l.carryAcks(s) {
 				continue
 			}
 			if err := os.Remove(s.path); err != nil && !errors.Is(err, os.ErrNotExist) {
 				continue // tried again at the next reclaim
 			}
-			l.total -= s.size
 			l.segs = slices.Delete(l.segs, i, i+1)
 			i--
 			changed = true
 		}
+	}
+}
+
+// carryAcks copies the acknowledgements in s of segments still present
+// into one ack record in the active segment.
+func (l *Log) carryAcks(s *Segment) bool {
+	if l.closed || l.act == nil {
+		return false
+	}
+	data, err := os.ReadFile(s.path)
+	if err != nil {
+		return false
+	}
+	present := make(map[uint64]*Segment, len(l.segs))
+	for _, t := range l.segs {
+		if t != s {
+			present[t.seq] = t
+		}
+	}
+	b := []byte{0, 0, 0, 0, 0, 0, 0, 0, kindAck}
+	var refs []uint64
+	scanRecords(data, nil, func(_ int, kind byte, p []byte) {
+		if kind != kindAck {
+			return
+		}
+		forEachAck(p, func(seq, off uint64) {
+			if present[seq] != nil {
+				b = binary.AppendUvarint(b, seq)
+				b = binary.AppendUvarint(b, off)
+				if !slices.Contains(refs, seq) {
+					refs = append(refs, seq)
+				}
+			}
+		})
+	})
+	if len(b) == headerSize+1 {
+		return true
+	}
+	act, _, err := l.writeLocked(b, false)
+	if err != nil {
+		return false
+	}
+	for _, seq := range refs {
+		if seq != act.seq && !slices.Contains(act.refs, seq) {
+			act.refs = append(act.refs, seq)
+		}
+	}
+	return true
+}
+
+// forEachAck calls f for each (segment, offset) pair of an ack payload.
+func forEachAck(p []byte, f func(seq, off uint64)) {
+	for len(p) > 0 {
+		seq, n := binary.Uvarint(p)
+		if n <= 0 {
+			return
+		}
+		off, m := binary.Uvarint(p[n:])
+		if m <= 0 {
+			return
+		}
+		p = p[n+m:]
+		f(seq, off)
 	}
 }
 
@@ -436,17 +536,22 @@ func (l *Log) Sync() error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.closed || l.active == nil {
+	if l.act == nil {
 		return nil
 	}
-	return l.active.Sync()
+	return l.act.sync()
 }
 
-// Size returns the bytes the segments take.
+// Size returns the bytes the segment files take, the active one counted
+// as a whole segment (it is preallocated on Linux).
 func (l *Log) Size() int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.total
+	n := l.usedBytes()
+	if l.act != nil {
+		n += l.opts.SegmentBytes - l.segs[len(l.segs)-1].size
+	}
+	return n
 }
 
 // Segments returns the number of segment files.
@@ -456,37 +561,26 @@ func (l *Log) Segments() int {
 	return len(l.segs)
 }
 
-// Close syncs and closes the active segment (sealing it), deletes what
-// holds nothing to deliver, and releases the lock. Events not acknowledged
-// stay for the next Open. A second Close returns nil.
+// Close syncs the active segment and seals it (cut to the bytes used),
+// deletes what holds nothing to deliver, and releases the lock. Events not
+// acknowledged stay for the next Open. A second Close returns nil.
 func (l *Log) Close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
 		return nil
 	}
-	l.closed = true
 	var err error
-	if l.active != nil {
-		err = l.active.Sync()
+	if l.act != nil {
+		err = l.act.sync()
 	}
-	l.segs[len(l.segs)-1].sealed = true
-	if cerr := l.closeFiles(); err == nil {
-		err = cerr
+	if serr := l.sealActiveLocked(); err == nil {
+		err = serr
 	}
+	l.closed = true
 	l.reclaimLocked()
 	if uerr := l.lock.Close(); err == nil {
 		err = uerr
-	}
-	l.lock = nil
-	return err
-}
-
-func (l *Log) closeFiles() error {
-	var err error
-	if l.active != nil {
-		err = l.active.Close()
-		l.active = nil
 	}
 	return err
 }

@@ -66,9 +66,11 @@ func segFiles(t *testing.T, dir string) []string {
 	return m
 }
 
-func TestReplayInOrder(t *testing.T) {
+func TestReplayInOrder(t *testing.T) { forModes(t, testReplayInOrder) }
+
+func testReplayInOrder(t *testing.T, mode Options) {
 	dir := t.TempDir()
-	write(t, dir, 10, Options{})
+	write(t, dir, 10, mode)
 	got, st := reopen(t, dir)
 	if !slices.Equal(got, want(0, 10)) || st != (Stats{}) {
 		t.Fatalf("replayed %q stats %+v", got, st)
@@ -82,9 +84,11 @@ func TestReplayInOrder(t *testing.T) {
 
 // TestTornLastRecord cuts the last segment at every byte offset of its last
 // record: everything before it comes back, the torn one is counted.
-func TestTornLastRecord(t *testing.T) {
+func TestTornLastRecord(t *testing.T) { forModes(t, testTornLastRecord) }
+
+func testTornLastRecord(t *testing.T, mode Options) {
 	src := t.TempDir()
-	write(t, src, 5, Options{})
+	write(t, src, 5, mode)
 	segs := segFiles(t, src)
 	data, err := os.ReadFile(segs[0])
 	if err != nil {
@@ -109,9 +113,11 @@ func TestTornLastRecord(t *testing.T) {
 
 // TestCorruptMiddleRecord damages one record in the middle (its payload,
 // its checksum, its length): it is skipped and counted, the rest comes back.
-func TestCorruptMiddleRecord(t *testing.T) {
+func TestCorruptMiddleRecord(t *testing.T) { forModes(t, testCorruptMiddleRecord) }
+
+func testCorruptMiddleRecord(t *testing.T, mode Options) {
 	src := t.TempDir()
-	write(t, src, 10, Options{})
+	write(t, src, 10, mode)
 	seg := segFiles(t, src)[0]
 	data, _ := os.ReadFile(seg)
 	recSize := headerSize + 1 + len(payload(0))
@@ -119,7 +125,7 @@ func TestCorruptMiddleRecord(t *testing.T) {
 		name string
 		pos  int
 		val  byte
-	}{{"payload", 5*recSize + headerSize + 5, 'X'}, {"checksum", 5*recSize + 4, 0}, {"length", 5*recSize, 0xff}, {"length-zero", 5*recSize, 0}} {
+	}{{"payload", 5*recSize + headerSize + 5, 'X'}, {"checksum", 5*recSize + 4, 0}, {"length", 5 * recSize, 0xff}, {"length-zero", 5 * recSize, 0}} {
 		t.Run(at.name, func(t *testing.T) {
 			dir := t.TempDir()
 			bad := slices.Clone(data)
@@ -149,9 +155,11 @@ func TestGarbageSegment(t *testing.T) {
 	}
 }
 
-func TestAckAndReclaim(t *testing.T) {
+func TestAckAndReclaim(t *testing.T) { forModes(t, testAckAndReclaim) }
+
+func testAckAndReclaim(t *testing.T, mode Options) {
 	dir := t.TempDir()
-	l, _, err := Open(dir, Options{SegmentBytes: 200})
+	l, _, err := Open(dir, Options{SegmentBytes: 200, NoMmap: mode.NoMmap})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,9 +212,11 @@ func TestAckAndReclaim(t *testing.T) {
 	}
 }
 
-func TestSizeLimit(t *testing.T) {
+func TestSizeLimit(t *testing.T) { forModes(t, testSizeLimit) }
+
+func testSizeLimit(t *testing.T, mode Options) {
 	dir := t.TempDir()
-	l, _, err := Open(dir, Options{SegmentBytes: 1000, MaxBytes: 3000})
+	l, _, err := Open(dir, Options{SegmentBytes: 1000, MaxBytes: 3000, NoMmap: mode.NoMmap})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,14 +254,14 @@ func TestLock(t *testing.T) {
 // to a new segment, so the failed record is never followed by a good one.
 func TestWriteErrorStartsNewSegment(t *testing.T) {
 	dir := t.TempDir()
-	l, _, err := Open(dir, Options{})
+	l, _, err := Open(dir, Options{NoMmap: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := l.Append(payload(0)); err != nil {
 		t.Fatal(err)
 	}
-	l.active.Close()
+	l.act.(*fileActive).f.Close()
 	if _, _, err := l.Append(payload(1)); err == nil {
 		t.Fatal("append on a closed file succeeded")
 	}
@@ -264,3 +274,10 @@ func TestWriteErrorStartsNewSegment(t *testing.T) {
 		t.Fatalf("replayed %q", got)
 	}
 }
+
+// forModes runs f with the platform's writer and with write(2).
+func forModes(t *testing.T, f func(*testing.T, Options)) {
+	t.Run("default", func(t *testing.T) { f(t, Options{}) })
+	t.Run("write", func(t *testing.T) { f(t, Options{NoMmap: true}) })
+}
+
