@@ -280,4 +280,3 @@ func forModes(t *testing.T, f func(*testing.T, Options)) {
 	t.Run("default", func(t *testing.T) { f(t, Options{}) })
 	t.Run("write", func(t *testing.T) { f(t, Options{NoMmap: true}) })
 }
-
