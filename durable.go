@@ -99,6 +99,7 @@ type diskSettings struct {
 	segment      int64
 	errs         []error
 	syncObserver func() // tests: called after each sync
+	noMmap       bool   // tests: the portable writer on Linux too
 }
 
 // WithFsync sets the fsync policy (default FsyncInterval). An unknown
@@ -199,6 +200,7 @@ func openDurable(d *diskSettings, zlog *zap.Logger, withMessages bool) (*durable
 	log, recs, err := diskbuf.Open(d.dir, diskbuf.Options{
 		SegmentBytes: d.segment,
 		MaxBytes:     d.limit,
+		NoMmap:       d.noMmap,
 		Logf:         func(format string, args ...any) { zlog.Warn(fmt.Sprintf(format, args...)) },
 	})
 	if errors.Is(err, diskbuf.ErrLocked) {

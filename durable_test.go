@@ -300,4 +300,3 @@ func TestDurableFsyncEveryBatch(t *testing.T) {
 		t.Fatalf("%d requests; requests sent at each sync: %v", len(api.requests()), sentAtSync)
 	}
 }
-

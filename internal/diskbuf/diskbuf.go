@@ -109,7 +109,11 @@ type Log struct {
 	buf    []byte
 	closed bool
 	dirty  atomic.Bool
-	stats  Stats
+
+	written  int64    // bytes of records written by this Log
+	unsynced []string // segments sealed since the last Sync
+	newFiles bool     // a segment was created since the last Sync
+	stats    Stats
 }
 
 // Open locks dir (creating it if needed), reads its segments and returns
@@ -315,6 +319,7 @@ func (l *Log) rotate(limit bool) error {
 	}
 	l.act = a
 	l.segs = append(l.segs, s)
+	l.newFiles = true
 	l.reclaimLocked()
 	return nil
 }
@@ -328,6 +333,7 @@ func (l *Log) sealActiveLocked() error {
 	s.sealed = true
 	err := l.act.seal(s.size)
 	l.act = nil
+	l.unsynced = append(l.unsynced, s.path)
 	return err
 }
 
@@ -363,6 +369,7 @@ func (l *Log) writeLocked(b []byte, limit bool) (*Segment, uint32, error) {
 		return nil, 0, err
 	}
 	s.size += int64(len(b))
+	l.written += int64(len(b))
 	l.dirty.Store(true)
 	return s, uint32(off), nil
 }
@@ -535,11 +542,39 @@ func (l *Log) Sync() error {
 		return nil
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.act == nil {
-		return nil
+	a, sealed, newFiles := l.act, l.unsynced, l.newFiles
+	l.unsynced, l.newFiles = nil, false
+	l.mu.Unlock()
+	// Outside the mutex: appends go on during the fsync.
+	var err error
+	for _, path := range sealed {
+		if serr := syncPath(path); serr != nil && !errors.Is(serr, os.ErrNotExist) && err == nil {
+			err = serr // a reclaimed segment needs no sync
+		}
 	}
-	return l.act.sync()
+	if newFiles {
+		// The new segments' directory entries; not possible on every
+		// platform (Windows), where it is skipped.
+		_ = syncPath(l.dir)
+	}
+	if a != nil {
+		if serr := a.sync(); serr != nil && !errors.Is(serr, os.ErrClosed) && err == nil {
+			err = serr // sealed meanwhile: it is in unsynced for the next Sync
+		}
+	}
+	return err
+}
+
+func syncPath(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // Size returns the bytes the segment files take, the active one counted
@@ -554,6 +589,14 @@ func (l *Log) Size() int64 {
 	return n
 }
 
+// Written returns the bytes of the records (events and acknowledgements)
+// this Log has written.
+func (l *Log) Written() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.written
+}
+
 // Segments returns the number of segment files.
 func (l *Log) Segments() int {
 	l.mu.Lock()
@@ -566,19 +609,18 @@ func (l *Log) Segments() int {
 // acknowledged stay for the next Open. A second Close returns nil.
 func (l *Log) Close() error {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.closed {
+		l.mu.Unlock()
 		return nil
 	}
-	var err error
-	if l.act != nil {
-		err = l.act.sync()
-	}
-	if serr := l.sealActiveLocked(); err == nil {
-		err = serr
-	}
+	err := l.sealActiveLocked()
 	l.closed = true
 	l.reclaimLocked()
+	l.mu.Unlock()
+	l.dirty.Store(true)
+	if serr := l.Sync(); err == nil {
+		err = serr
+	}
 	if uerr := l.lock.Close(); err == nil {
 		err = uerr
 	}
