@@ -33,6 +33,7 @@ type plan struct {
 	closeTimeout time.Duration
 	flushTimeout time.Duration
 	afterClose   bool
+	durable      bool // config.diskBufferDir: events of earlier runs may be replayed
 }
 
 type sequence struct {
@@ -198,6 +199,10 @@ func (p *plan) parseConfig(raw json.RawMessage) error {
 	}
 	if b, ok := f.boolean("afterClose"); ok {
 		p.afterClose = b
+	}
+	if dir, ok := f.str("diskBufferDir"); ok {
+		p.opts = append(p.opts, analytics.WithDiskBuffer(dir))
+		p.durable = true
 	}
 	return f.err
 }
@@ -370,4 +375,17 @@ func (f *fields) boolean(key string) (bool, bool) {
 		return false, false
 	}
 	return b, true
+}
+
+func (f *fields) str(key string) (string, bool) {
+	raw, ok := f.m[key]
+	if !ok || !present(raw) {
+		return "", false
+	}
+	var v string
+	if err := json.Unmarshal(raw, &v); err != nil {
+		f.fail(key, "must be a string")
+		return "", false
+	}
+	return v, true
 }
