@@ -110,10 +110,11 @@ type Log struct {
 	closed bool
 	dirty  atomic.Bool
 
-	written  int64    // bytes of records written by this Log
-	unsynced []string // segments sealed since the last Sync
-	newFiles bool     // a segment was created since the last Sync
-	stats    Stats
+	written    int64    // bytes of records written by this Log
+	unsynced   []string // segments sealed since the last Sync
+	reclaiming bool     // reclaimLocked is running
+	newFiles   bool     // a segment was created since the last Sync
+	stats      Stats
 }
 
 // Open locks dir (creating it if needed), reads its segments and returns
@@ -441,24 +442,42 @@ func (l *Log) Ack(n int, at func(i int) (*Segment, uint32)) error {
 // records that name segments still present are first copied to the active
 // segment, so an event stuck in an old segment does not keep newer ones.
 func (l *Log) reclaimLocked() {
-	for changed := true; changed; {
-		changed = false
-		for i := 0; i < len(l.segs); i++ {
-			s := l.segs[i]
-			if !s.sealed || s.live.Load() > 0 {
-				continue
+	if l.reclaiming {
+		return // carryAcks started a segment: the outer call goes on
+	}
+	l.reclaiming = true
+	defer func() { l.reclaiming = false }()
+	var failed map[*Segment]bool // not deletable now; tried again at the next reclaim
+	for {
+		var s *Segment
+		for _, t := range l.segs {
+			if t.sealed && t.live.Load() == 0 && !failed[t] {
+				s = t
+				break
 			}
-			if l.refersToLive(s) && !l.carryAcks(s) {
-				continue
+		}
+		if s == nil {
+			return
+		}
+		// carryAcks may start a new segment (appended to l.segs), so s is
+		// found again by identity below.
+		if (l.refersToLive(s) && !l.carryAcks(s)) ||
+			(os.Remove(s.path) != nil && fileExists(s.path)) {
+			if failed == nil {
+				failed = map[*Segment]bool{}
 			}
-			if err := os.Remove(s.path); err != nil && !errors.Is(err, os.ErrNotExist) {
-				continue // tried again at the next reclaim
-			}
+			failed[s] = true
+			continue
+		}
+		if i := slices.Index(l.segs, s); i >= 0 {
 			l.segs = slices.Delete(l.segs, i, i+1)
-			i--
-			changed = true
 		}
 	}
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return !errors.Is(err, os.ErrNotExist)
 }
 
 // carryAcks copies the acknowledgements in s of segments still present

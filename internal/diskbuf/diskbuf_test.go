@@ -280,3 +280,49 @@ func forModes(t *testing.T, f func(*testing.T, Options)) {
 	t.Run("default", func(t *testing.T) { f(t, Options{}) })
 	t.Run("write", func(t *testing.T) { f(t, Options{NoMmap: true}) })
 }
+
+// TestStuckEventKeepsOnlyItsSegment: one event of the first segment never
+// gets its outcome while hundreds of others do, acknowledged in batches
+// (so an acknowledgement often lands in a newer segment than its event).
+// The later segments are deleted anyway — their acknowledgements of the
+// first segment's events are carried forward — and a reopen replays only
+// the stuck event.
+func TestStuckEventKeepsOnlyItsSegment(t *testing.T) { forModes(t, testStuckEventKeepsOnlyItsSegment) }
+
+func testStuckEventKeepsOnlyItsSegment(t *testing.T, mode Options) {
+	dir := t.TempDir()
+	l, _, err := Open(dir, Options{SegmentBytes: 400, NoMmap: mode.NoMmap})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type ref struct {
+		s   *Segment
+		off uint32
+	}
+	var batch []ref
+	for i := 0; i < 300; i++ {
+		s, off, err := l.Append(payload(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			continue // stuck: never acknowledged
+		}
+		if batch = append(batch, ref{s, off}); len(batch) == 10 || i == 299 {
+			if err := l.Ack(len(batch), func(j int) (*Segment, uint32) { return batch[j].s, batch[j].off }); err != nil {
+				t.Fatal(err)
+			}
+			batch = batch[:0]
+		}
+	}
+	if n := len(segFiles(t, dir)); n > 4 {
+		t.Fatalf("%d segment files for 1 unacknowledged event", n)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got, st := reopen(t, dir)
+	if !slices.Equal(got, want(0, 1)) || st != (Stats{}) {
+		t.Fatalf("replayed %d events (want only the stuck one): %q", len(got), got[:min(len(got), 3)])
+	}
+}
