@@ -34,7 +34,8 @@ var _ Tracker = (*Client)(nil)
 //
 // The enqueue methods (Track, Identify, Group, Page, Screen, Alias, Enqueue)
 // validate and encode the event, stamp messageId and timestamp when they are
-// empty, and queue it without blocking and without I/O. A nil error means
+// empty, and queue it without blocking and without I/O (in durable mode,
+// see WithDiskBuffer, with one append to the disk buffer). A nil error means
 // the event was accepted: it will get exactly one disposition, reported
 // through the callbacks. An error means it was rejected: it is never sent and
 // gets no callback. The client keeps nothing of the caller's message, maps
@@ -218,6 +219,11 @@ const closeGrace = 400 * time.Millisecond
 // count in its error includes those events. A nil ctx means
 // context.Background(). Delivery failures are reported through OnError
 // only. A second Close returns ErrClosed.
+//
+// In durable mode (WithDiskBuffer) the handed-back events stay on disk:
+// their DeliveryError has Kept set, Close's error says "kept in the disk
+// buffer", and the next client on the directory sends them. Close then
+// syncs and closes the disk buffer and releases its lock.
 func (c *Client) Close(ctx context.Context) error {
 	if ctx == nil {
 		ctx = context.Background()
