@@ -139,7 +139,8 @@ func (c *Client) Config() Config { return c.cfg }
 
 // Track enqueues a track event. See Client for the contract; errors are
 // *MessageError (ErrInvalidMessage), ErrEventTooLarge, ErrQueueFull and
-// ErrClosed. The client does not keep m's maps (see Message).
+// ErrClosed, and in durable mode *DiskError (see WithDiskBuffer). The
+// client does not keep m's maps (see Message).
 func (c *Client) Track(m Track) error { return c.dispatch(context.Background(), false, m) }
 
 // Identify enqueues an identify event; errors as for Track.

@@ -365,10 +365,11 @@ func decodeMessage(data []byte) (Message, error) {
 	return nil, fmt.Errorf("unknown message type %q", s.Type)
 }
 
-// appendDurable is accept's disk step. A client already full refuses the
-// event before it is written.
-func (c *Client) appendDurable(ev *event, data []byte) error {
-	if c.q.places.full() {
+// appendDurable is accept's disk step. Without wait, a client already full
+// refuses the event before it is written; with wait (EnqueueContext) the
+// event is written and then waits for room like any other.
+func (c *Client) appendDurable(ev *event, data []byte, wait bool) error {
+	if !wait && c.q.places.full() {
 		return ErrQueueFull
 	}
 	return c.disk.append(ev, data)

@@ -1,8 +1,11 @@
 package analytics
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -62,6 +65,13 @@ func TestDurableReplay(t *testing.T) {
 	api := newFakeAPI(nil)
 	var cb2 callbacks
 	c2 := newTestClient(t, api, &cb2, WithDiskBuffer(dir), WithFlushAt(100))
+	// Flush covers the replayed events
+	if err := flush(t, c2, 5*time.Second); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+	if got, want := sentIDs(api), append(ids, "a6"); !slices.Equal(got, want) || len(cb2.delivered()) != 6 {
+		t.Fatalf("after Flush: sent %v, want %v; OnSuccess got %v", got, want, cb2.delivered())
+	}
 	mustTrack(t, c2, "b1")
 	if err := closeClient(t, c2, 5*time.Second); err != nil {
 		t.Fatalf("Close: %v", err)
@@ -298,5 +308,53 @@ func TestDurableFsyncEveryBatch(t *testing.T) {
 	}
 	if len(api.requests()) != 3 || !slices.Equal(sentAtSync, []int{0, 1, 2}) {
 		t.Fatalf("%d requests; requests sent at each sync: %v", len(api.requests()), sentAtSync)
+	}
+}
+
+// gateTransport holds every request until release is closed, and reports
+// each arrival on arrived.
+type gateTransport struct {
+	arrived chan struct{}
+	release chan struct{}
+}
+
+func (g gateTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	_, _ = io.Copy(io.Discard, req.Body)
+	g.arrived <- struct{}{}
+	select {
+	case <-g.release:
+	case <-req.Context().Done():
+		return nil, req.Context().Err()
+	}
+	return &http.Response{StatusCode: 200, Body: http.NoBody, Request: req}, nil
+}
+
+// TestDurableEnqueueContextWaits: in durable mode EnqueueContext still
+// waits for room when the queue is full (Track does not).
+func TestDurableEnqueueContextWaits(t *testing.T) {
+	g := gateTransport{arrived: make(chan struct{}, 10), release: make(chan struct{})}
+	c := newTestClient(t, g, nil, WithDiskBuffer(t.TempDir()), WithQueueCapacity(1), WithFlushAt(1), WithConsumers(1))
+	mustTrack(t, c, "e1")
+	<-g.arrived // e1 is in flight, held
+	mustTrack(t, c, "e2")
+	if err := c.Track(track("full")); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("Track on a full queue: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		done <- c.EnqueueContext(ctx, track("e3"))
+	}()
+	close(g.release) // room comes only when e1's request is answered
+
+	if err := <-done; err != nil {
+		t.Fatalf("EnqueueContext: %v", err)
+	}
+	if err := closeClient(t, c, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if st := c.Stats(); st.Delivered != 3 || st.Dropped != 1 {
+		t.Fatalf("stats %+v", st)
 	}
 }

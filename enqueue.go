@@ -78,7 +78,7 @@ func (c *Client) accept(ctx context.Context, wait bool, sc *scratch, withCopy Me
 	}
 	var ev event
 	if err == nil && c.disk != nil {
-		err = c.appendDurable(&ev, e.buf) // written to the OS before the call returns
+		err = c.appendDurable(&ev, e.buf, wait) // written to the OS before the call returns
 	}
 	if err == nil {
 		ev.data, ev.slab = sc.copyToSlab(e.buf)

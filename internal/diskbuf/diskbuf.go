@@ -321,7 +321,8 @@ func (l *Log) rotate(limit bool) error {
 	l.act = a
 	l.segs = append(l.segs, s)
 	l.newFiles = true
-	l.reclaimLocked()
+	// No reclaim here: rotate runs in an enqueue call, and reclaiming may
+	// read a segment (carryAcks). The next Ack reclaims the sealed one.
 	return nil
 }
 
