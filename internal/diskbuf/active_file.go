@@ -2,27 +2,35 @@ package diskbuf
 
 import "os"
 
-// fileActive writes each record with one write(2).
-type fileActive struct{ f *os.File }
+// fileActive writes each record with one write(2) at the end of the file.
+type fileActive struct {
+	f      *os.File
+	failed bool // a write failed: part of a record may follow the last whole one
+}
 
 func openFileActive(path string) (*fileActive, error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o600)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
 		return nil, err
 	}
-	return &fileActive{f}, nil
+	return &fileActive{f: f}, nil
 }
 
-func (a *fileActive) write(_ int64, rec []byte) error {
-	_, err := a.f.Write(rec)
+func (a *fileActive) write(off int64, rec []byte) error {
+	_, err := a.f.WriteAt(rec, off)
+	if err != nil {
+		a.failed = true
+	}
 	return err
 }
 
 func (a *fileActive) sync() error { return a.f.Sync() }
 
 func (a *fileActive) seal(used int64) error {
-	// A failed write may have left part of a record: cut it off.
-	terr := a.f.Truncate(used)
+	var terr error
+	if a.failed {
+		terr = a.f.Truncate(used) // cut off the part of a record
+	}
 	if err := a.f.Close(); err != nil {
 		return err
 	}

@@ -355,6 +355,9 @@ func (l *Log) usedBytes() int64 {
 func (l *Log) writeLocked(b []byte, limit bool) (*Segment, uint32, error) {
 	binary.LittleEndian.PutUint32(b, uint32(len(b)-headerSize))
 	binary.LittleEndian.PutUint32(b[4:], crc32.Checksum(b[headerSize:], castagnoli))
+	if int64(len(b)) > l.opts.SegmentBytes {
+		return nil, 0, fmt.Errorf("diskbuf: a %d-byte record does not fit in a segment", len(b))
+	}
 	s := l.segs[len(l.segs)-1]
 	if l.act == nil || s.size+int64(len(b)) > l.opts.SegmentBytes {
 		if err := l.rotate(limit); err != nil {
@@ -416,28 +419,34 @@ func (l *Log) Ack(n int, at func(i int) (*Segment, uint32)) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	b := append(l.buf[:0], 0, 0, 0, 0, 0, 0, 0, 0, kindAck)
-	for i := 0; i < n; i++ {
-		s, off := at(i)
-		b = binary.AppendUvarint(b, s.seq)
-		b = binary.AppendUvarint(b, uint64(off))
-		s.live.Add(-1)
-	}
 	var err error
-	if !l.closed {
-		var act *Segment
-		if act, _, err = l.writeLocked(b, false); err == nil {
-			for i := 0; i < n; i++ {
-				if s, _ := at(i); s != act && !slices.Contains(act.refs, s.seq) {
-					act.refs = append(act.refs, s.seq)
+	for from := 0; from < n; from += ackChunk { // records under maxAckBody
+		to := min(from+ackChunk, n)
+		b := append(l.buf[:0], 0, 0, 0, 0, 0, 0, 0, 0, kindAck)
+		for i := from; i < to; i++ {
+			s, off := at(i)
+			b = binary.AppendUvarint(b, s.seq)
+			b = binary.AppendUvarint(b, uint64(off))
+			s.live.Add(-1)
+		}
+		if !l.closed && err == nil {
+			var act *Segment
+			if act, _, err = l.writeLocked(b, false); err == nil {
+				for i := from; i < to; i++ {
+					if s, _ := at(i); s != act && !slices.Contains(act.refs, s.seq) {
+						act.refs = append(act.refs, s.seq)
+					}
 				}
 			}
 		}
+		l.keepBuf(b)
 	}
-	l.keepBuf(b)
 	l.reclaimLocked()
 	return err
 }
+
+// ackChunk events per ack record: 20 bytes of varints each at most.
+const ackChunk = maxAckBody / 20
 
 // reclaimLocked deletes every sealed segment with nothing live. Its ack
 // records that name segments still present are first copied to the active
@@ -497,36 +506,43 @@ func (l *Log) carryAcks(s *Segment) bool {
 			present[t.seq] = t
 		}
 	}
-	b := []byte{0, 0, 0, 0, 0, 0, 0, 0, kindAck}
+	var recs [][]byte // ack records of at most maxAckBody bytes each
 	var refs []uint64
 	scanRecords(data, nil, func(_ int, kind byte, p []byte) {
 		if kind != kindAck {
 			return
 		}
 		forEachAck(p, func(seq, off uint64) {
-			if present[seq] != nil {
-				b = binary.AppendUvarint(b, seq)
-				b = binary.AppendUvarint(b, off)
-				if !slices.Contains(refs, seq) {
-					refs = append(refs, seq)
-				}
+			if present[seq] == nil {
+				return
+			}
+			if len(recs) == 0 || len(recs[len(recs)-1]) > maxAckBody {
+				recs = append(recs, []byte{0, 0, 0, 0, 0, 0, 0, 0, kindAck})
+			}
+			b := recs[len(recs)-1]
+			b = binary.AppendUvarint(b, seq)
+			recs[len(recs)-1] = binary.AppendUvarint(b, off)
+			if !slices.Contains(refs, seq) {
+				refs = append(refs, seq)
 			}
 		})
 	})
-	if len(b) == headerSize+1 {
-		return true
-	}
-	act, _, err := l.writeLocked(b, false)
-	if err != nil {
-		return false
-	}
-	for _, seq := range refs {
-		if seq != act.seq && !slices.Contains(act.refs, seq) {
-			act.refs = append(act.refs, seq)
+	for _, b := range recs {
+		act, _, err := l.writeLocked(b, false)
+		if err != nil {
+			return false // the records already written only repeat acknowledgements
+		}
+		for _, seq := range refs {
+			if seq != act.seq && !slices.Contains(act.refs, seq) {
+				act.refs = append(act.refs, seq)
+			}
 		}
 	}
 	return true
 }
+
+// maxAckBody bounds an ack record (well under the smallest segment).
+const maxAckBody = 16 << 10
 
 // forEachAck calls f for each (segment, offset) pair of an ack payload.
 func forEachAck(p []byte, f func(seq, off uint64)) {

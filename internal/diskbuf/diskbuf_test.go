@@ -326,3 +326,37 @@ func testStuckEventKeepsOnlyItsSegment(t *testing.T, mode Options) {
 		t.Fatalf("replayed %d events (want only the stuck one): %q", len(got), got[:min(len(got), 3)])
 	}
 }
+
+// TestLargeAck: one Ack of more events than an ack record holds is split
+// into several records, each smaller than a segment.
+func TestLargeAck(t *testing.T) { forModes(t, testLargeAck) }
+
+func testLargeAck(t *testing.T, mode Options) {
+	dir := t.TempDir()
+	l, _, err := Open(dir, Options{SegmentBytes: 64 << 10, NoMmap: mode.NoMmap})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type ref struct {
+		s   *Segment
+		off uint32
+	}
+	var refs []ref
+	for i := 0; i < 3*ackChunk; i++ {
+		s, off, err := l.Append(payload(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		refs = append(refs, ref{s, off})
+	}
+	if err := l.Ack(len(refs)-1, func(j int) (*Segment, uint32) { return refs[j].s, refs[j].off }); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := reopen(t, dir)
+	if !slices.Equal(got, want(3*ackChunk-1, 3*ackChunk)) {
+		t.Fatalf("replayed %d events, want only the last", len(got))
+	}
+}
