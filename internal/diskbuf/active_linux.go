@@ -8,7 +8,7 @@ import (
 // mmapActive is a segment file preallocated to its full size (fallocate,
 // so a full disk shows at creation, not as a fault on a later store) and
 // mapped shared: an append is a copy into the page cache, which outlives
-// the process.
+// the process. File systems without fallocate get the write(2) writer.
 type mmapActive struct {
 	f   *os.File
 	mem []byte
@@ -34,7 +34,13 @@ func openActive(path string, size int64, noMmap bool) (active, error) {
 		}
 	}
 	if err == syscall.EOPNOTSUPP {
-		err = f.Truncate(size) // no fallocate on this file system: sparse file
+		// No fallocate on this file system. A sparse mapping would turn a
+		// full disk into SIGBUS on a later store, so write(2) instead.
+		f.Close()
+		if err := os.Remove(path); err != nil {
+			return nil, err
+		}
+		return openFileActive(path)
 	}
 	if err != nil {
 		return fail("fallocate", err)
