@@ -13,6 +13,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 func segments(t testing.TB, dir string) []string {
@@ -205,7 +209,8 @@ func TestDurableTornAndCorrupt(t *testing.T) {
 		t.Fatal(err)
 	}
 	api := newFakeAPI(nil)
-	c2 := newTestClient(t, api, nil, WithDiskBuffer(dir))
+	core, logs := observer.New(zapcore.WarnLevel)
+	c2 := newTestClient(t, api, nil, WithDiskBuffer(dir), WithLogger(zap.New(core)))
 	if err := closeClient(t, c2, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -214,6 +219,17 @@ func TestDurableTornAndCorrupt(t *testing.T) {
 	}
 	if st := c2.Stats(); st.DiskTorn != 1 || st.DiskCorrupt != 1 {
 		t.Fatalf("stats %+v", st)
+	}
+	var torn, corrupt int
+	for _, e := range logs.All() {
+		torn += strings.Count(e.Message, "torn record")
+		corrupt += strings.Count(e.Message, "corrupt bytes")
+		if strings.Contains(e.Message, "Tested") || strings.Contains(e.Message, `"m`) {
+			t.Errorf("a log line shows a payload: %q", e.Message)
+		}
+	}
+	if torn != 1 || corrupt != 1 {
+		t.Fatalf("log lines: %d torn, %d corrupt; want 1 each", torn, corrupt)
 	}
 }
 
