@@ -11,9 +11,15 @@ import (
 	"go.uber.org/zap"
 )
 
-// Tracker is the set of methods an application uses to send events. *Client
-// implements it; so does the fake in package analyticstest, so code that
-// depends on Tracker can be tested without a server.
+// Tracker is the set of methods code that sends events needs: the enqueue
+// calls. *Client implements it; so does the fake in package analyticstest,
+// so code that depends on Tracker can be tested without a server.
+//
+// Flush and Close are deliberately not part of it: the client is shared by
+// the whole process and its lifetime belongs to the code that created it
+// (usually main, which closes it at shutdown). Code handed a Tracker cannot
+// close the client under the other users' feet. Code that owns the client
+// keeps the *Client (or declares its own interface with Flush and Close).
 type Tracker interface {
 	Track(Track) error
 	Identify(Identify) error
@@ -23,8 +29,6 @@ type Tracker interface {
 	Alias(Alias) error
 	Enqueue(Message) error
 	EnqueueContext(context.Context, Message) error
-	Flush(context.Context) error
-	Close(context.Context) error
 }
 
 var _ Tracker = (*Client)(nil)
@@ -62,8 +66,9 @@ type Client struct {
 	q            *queue
 	room         *waitingRoom
 	settle       *settler
-	withMessages bool     // a callback is registered: events carry a copy of their Message
-	disk         *durable // WithDiskBuffer; nil in memory mode
+	withMessages bool      // a callback is registered: events carry a copy of their Message
+	defaults     *defaults // WithDefaultContext, WithDefaultProperties; nil without them
+	disk         *durable  // WithDiskBuffer; nil in memory mode
 
 	closed          atomic.Bool        // fast path for enqueue after Close
 	retire          chan struct{}      // closed by Close once consumers are no longer needed
@@ -71,6 +76,7 @@ type Client struct {
 	cancelInterrupt context.CancelFunc // interrupts waits and requests
 	consumers       sync.WaitGroup
 	ownTransport    *http.Transport // the transport New made, closed by Close; nil for WithHTTPClient
+	auth            *tokenSource    // WithOAuth's token goroutine; nil without OAuth
 }
 
 // New returns a started Client that sends to writeKey's source. Invalid
@@ -83,6 +89,7 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 	}
 	places := newCapacity(s.QueueCapacity)
 	q := newQueue(places, s.FlushAt, batchEventBytes, s.FlushInterval)
+	q.perEvent = eventSentAtExtra(s.EventSentAt) // R45 with R59
 	c := &Client{
 		cfg:  s.Config,
 		log:  s.logger,
@@ -96,6 +103,7 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 			capacity:  s.QueueCapacity,
 		},
 		withMessages: s.onSuccess != nil || s.onError != nil,
+		defaults:     newDefaults(s.defaultContext, s.defaultProperties),
 		retire:       make(chan struct{}),
 	}
 	if s.disk != nil {
@@ -119,11 +127,15 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 		backoff:         s.Backoff,
 		httpTimeout:     s.HTTPTimeout,
 	}
+	if s.oauth != nil {
+		c.auth = newTokenSource(s.oauth, httpClient, &s, c.room)
+		c.auth.start(c.interrupt) // fetches the first token now (R50)
+	}
 	c.consumers.Add(s.Consumers)
 	for i := 0; i < s.Consumers; i++ {
 		w := &consumer{
-			q: c.q, room: c.room, sender: newSender(&s, httpClient), settle: c.settle,
-			policy: policy, log: c.log, interrupt: c.interrupt, retire: c.retire,
+			q: c.q, room: c.room, sender: newSender(&s, httpClient), auth: c.auth, settle: c.settle,
+			policy: policy, log: c.log, interrupt: c.interrupt, retire: c.retire, onAttempt: s.attemptHook,
 		}
 		go func() {
 			defer c.consumers.Done()
@@ -276,6 +288,7 @@ func (c *Client) Close(ctx context.Context) error {
 		}
 	}
 	c.cancelInterrupt()
+	c.auth.stop() // no token request outlives Close
 	if c.ownTransport != nil {
 		c.ownTransport.CloseIdleConnections() // no keep-alive goroutines outlive Close
 	}

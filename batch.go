@@ -31,6 +31,7 @@ type batch struct {
 	retries      int                         // counted retries scheduled (R27)
 	retryPending bool                        // the next attempt is a counted retry (counted in Stats when sent)
 	rateLimited  bool                        // waits for a Retry-After deadline, not for its backoff (R35)
+	awaitToken   bool                        // waits for an OAuth access token (R50)
 	backoff      *backoff.ExponentialBackOff // created at the first counted failure (R26)
 	firstFailure time.Time                   // first counted failure, monotonic (R28)
 	lastErr      error                       // last *HTTPError or *TransportError

@@ -2,6 +2,7 @@ package analytics
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strconv"
 	"testing"
@@ -44,14 +45,28 @@ func (q *queue) discardQueued() {
 // loop's measured work only in the "prebuilt" variant.
 func BenchmarkTrack(b *testing.B) {
 	for _, tc := range []struct {
-		name                string
-		prebuilt, callbacks bool
-	}{{"prebuilt-properties", true, false}, {"caller-builds-properties", false, false}, {"prebuilt-properties-with-callbacks", true, true}, {"caller-builds-properties-with-callbacks", false, true}} {
+		name                          string
+		prebuilt, callbacks, defaults bool
+	}{
+		{"prebuilt-properties", true, false, false},
+		{"caller-builds-properties", false, false, false},
+		{"prebuilt-properties-with-callbacks", true, true, false},
+		{"caller-builds-properties-with-callbacks", false, true, false},
+		{"prebuilt-properties-with-defaults", true, false, true},
+		{"prebuilt-properties-with-defaults-and-callbacks", true, true, true},
+	} {
 		prebuilt := tc.prebuilt
 		b.Run(tc.name, func(b *testing.B) {
 			opts := []Option{WithEndpoint("http://127.0.0.1:1"), WithHTTPClient(&http.Client{Transport: blockedTransport{}}), WithConsumers(1)}
 			if tc.callbacks {
 				opts = append(opts, WithOnError(func(error, []Message) {}))
+			}
+			if tc.defaults { // a typical default context (app, os, device) and two properties
+				opts = append(opts, WithDefaultContext(map[string]any{
+					"app":    map[string]any{"name": "shop", "version": "1.2.3", "build": "4567"},
+					"os":     map[string]any{"name": "linux", "version": "6.1"},
+					"device": map[string]any{"type": "server"},
+				}), WithDefaultProperties(map[string]any{"env": "prod", "region": "eu-west-1"}))
 			}
 			c, err := New("wk", opts...)
 			if err != nil {
@@ -122,24 +137,36 @@ func benchBatch(n int) *batch {
 }
 
 // BenchmarkEncodeBody builds the body of a 250-event batch, with and
-// without gzip.
+// without gzip, and with and without the per-event sentAt (R59). B/event
+// is the body's JSON per event, wire-B/event what goes on the wire.
 func BenchmarkEncodeBody(b *testing.B) {
 	bt := benchBatch(250)
-	s := &sender{writeKey: appendString(nil, "wk")}
-	var plain, zipped []byte
-	b.Run("plain", func(b *testing.B) {
-		b.ReportAllocs()
-		for i := 0; i < b.N; i++ {
-			plain = s.encodeBody(plain, bt, time.Now())
+	sentAt := time.Date(2026, 5, 1, 10, 0, 0, 123456789, time.UTC) // a fraction, as most instants have
+	for _, gz := range []bool{false, true} {
+		for _, on := range []bool{false, true} {
+			name := "plain"
+			if gz {
+				name = "gzip"
+			}
+			b.Run(fmt.Sprintf("%s/eventSentAt=%t", name, on), func(b *testing.B) {
+				s := &sender{writeKey: appendString(nil, "wk"), eventSent: on}
+				var plain, zipped []byte
+				b.ReportAllocs()
+				for i := 0; i < b.N; i++ {
+					plain = s.encodeBody(plain, bt, sentAt)
+					if gz {
+						zipped = s.compress(zipped, plain)
+					}
+				}
+				b.ReportMetric(float64(len(plain))/250, "B/event")
+				wire := len(plain)
+				if gz {
+					wire = len(zipped)
+				}
+				b.ReportMetric(float64(wire)/250, "wire-B/event")
+			})
 		}
-	})
-	b.Run("gzip", func(b *testing.B) {
-		b.ReportAllocs()
-		for i := 0; i < b.N; i++ {
-			plain = s.encodeBody(plain, bt, time.Now())
-			zipped = s.compress(zipped, plain)
-		}
-	})
+	}
 }
 
 // BenchmarkEncodeEvent is the per-event JSON encoding alone.

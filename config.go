@@ -92,14 +92,17 @@ type Config struct {
 	MaxBatchBytes           int
 	// CustomHTTPClient reports whether WithHTTPClient was used.
 	CustomHTTPClient bool
+	// EventSentAt reports whether every event also carries the attempt's
+	// sentAt (WithEventSentAt; default false).
+	EventSentAt bool
 }
 
 // String renders the configuration on one line for logs.
 func (c Config) String() string {
 	return fmt.Sprintf("endpoint=%s flushAt=%d flushInterval=%s queueCapacity=%d consumers=%d httpTimeout=%s "+
-		"maxRetries=%d maxTotalBackoffDuration=%s maxRateLimitDuration=%s gzip=%t",
+		"maxRetries=%d maxTotalBackoffDuration=%s maxRateLimitDuration=%s gzip=%t eventSentAt=%t",
 		c.Endpoint, c.FlushAt, c.FlushInterval, c.QueueCapacity, c.Consumers, c.HTTPTimeout,
-		c.MaxRetries, c.MaxTotalBackoffDuration, c.MaxRateLimitDuration, c.Gzip)
+		c.MaxRetries, c.MaxTotalBackoffDuration, c.MaxRateLimitDuration, c.Gzip, c.EventSentAt)
 }
 
 // ConfigError reports an invalid option given to New. Field names the
@@ -123,8 +126,12 @@ type settings struct {
 	logger     *zap.Logger
 	onSuccess  func(events []Message)
 	onError    func(err error, events []Message)
-	disk       *diskSettings // WithDiskBuffer; nil in memory mode
+	oauth      *oauthSettings // WithOAuth; nil: Basic auth with the write key
+	disk       *diskSettings  // WithDiskBuffer; nil in memory mode
 	errs       []error
+
+	defaultContext, defaultProperties map[string]any    // see defaults.go
+	attemptHook                       func(AttemptInfo) // see observe.go
 }
 
 // Option configures a Client in New. Options are applied in order; a later

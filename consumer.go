@@ -18,12 +18,14 @@ type consumer struct {
 	q         *queue
 	room      *waitingRoom
 	sender    *sender
+	auth      *tokenSource // nil without OAuth (R50)
 	settle    *settler
 	policy    retryPolicy
 	log       *zap.Logger
 	interrupt context.Context // cancelled when Close's deadline interrupts delivery
 	retire    <-chan struct{} // closed when Close no longer needs consumers
 	timer     *time.Timer
+	onAttempt func(AttemptInfo) // WithAttemptHook; nil without (see observe.go)
 }
 
 // retryPolicy is what the consumer needs of the configuration.
@@ -110,7 +112,7 @@ func (w *consumer) sleep(d time.Duration, retire <-chan struct{}) bool {
 // attempt makes one attempt of b and passes b on. The loop around attempts
 // is ours; the backoff library only supplies delays.
 func (w *consumer) attempt(b *batch) {
-	if !w.passGate(b) {
+	if !w.passGate(b) || !w.authorize(b) {
 		return
 	}
 	if b.retryPending {
@@ -118,8 +120,10 @@ func (w *consumer) attempt(b *batch) {
 		w.settle.stats.retries.Add(1)
 	}
 	ctx, cancel := context.WithTimeout(w.interrupt, w.policy.httpTimeout) // R8
+	start := w.startAttempt()
 	resp, err := w.sender.send(ctx, b)
 	cancel()
+	w.observe(b, start, resp, err)
 	b.attempts++
 	w.settle.stats.requests.Add(1)
 	now := time.Now()
@@ -131,6 +135,7 @@ func (w *consumer) attempt(b *batch) {
 	v := classify(resp, err, now)
 	if err == nil {
 		b.lastStatus = resp.status
+		v = w.reviewAuth(resp.status, v) // R50
 	}
 	if v.outcome != outcomeDelivered {
 		b.lastErr = v.err

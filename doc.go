@@ -45,6 +45,10 @@
 // failure, or OnError with ErrShutdownInterrupted when Close's deadline
 // handed it back.
 //
+// With WithOAuth, uploads carry an OAuth 2.0 bearer token (client
+// credentials, private-key JWT) instead of the write key's credentials, and
+// a 511 is retried with a fresh token (R50).
+//
 // Flush waits for what was enqueued before it; Close drains the queue with
 // the same policy and, when its context ends first, hands back what is
 // left and returns within the deadline plus 0.5 s.
@@ -52,6 +56,16 @@
 // The complete delivery contract is docs/delivery.md in the module's
 // repository. Doc comments cite its rules by id: (R43) is rule R43 there,
 // S36 a scenario of its test plan, INV1 an invariant.
+//
+// # Logging and metrics
+//
+// The client is silent by default. WithLogger sends its logs to a zap
+// logger, WithSlog to a log/slog logger; neither ever receives the write
+// key or event payloads. Client.Stats returns the counters (accepted,
+// rejected by reason, delivered, failed, handed back, retries, …);
+// WithAttemptHook reports every HTTP attempt. The separate module
+// github.com/relaykit/analytics-go/analyticsotel turns both into
+// OpenTelemetry metrics.
 //
 // # Testing
 //

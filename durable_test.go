@@ -271,6 +271,9 @@ func TestDurableDiskErrors(t *testing.T) {
 	if time.Since(start) > 5*time.Second {
 		t.Fatalf("enqueue calls took %v", time.Since(start))
 	}
+	if st := c.Stats(); st.RejectedDisk != 1 || st.Accepted != int64(accepted) {
+		t.Fatalf("stats %+v, want 1 RejectedDisk and %d Accepted", st, accepted)
+	}
 	_ = closeClient(t, c, 20*time.Millisecond)
 	// what was accepted is in the moved directory
 	if err := os.Remove(dir); err != nil {

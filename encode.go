@@ -25,6 +25,10 @@ type encoder struct {
 	err    error
 	typ    string     // the message type being written, for errors
 	second secondText // the last second a timestamp was written in
+	// defaults are the client's WithDefaultContext and
+	// WithDefaultProperties maps (nil without them), merged under the
+	// event's own maps.
+	defaults *defaults
 }
 
 // header opens the object with the fields every message has. An empty id
@@ -64,23 +68,30 @@ func (e *encoder) optionalString(key, v string) {
 // tail writes the free-form map (properties or traits), the context with
 // the library stamp, the integrations, and closes the object.
 func (e *encoder) tail(key string, m map[string]any, ctx, integrations map[string]any) error {
-	if key != "" && m != nil {
+	var defaultProps, defaultCtx map[string]any
+	if e.defaults != nil {
+		defaultCtx = e.defaults.context
+		if key == "properties" {
+			defaultProps = e.defaults.properties
+		}
+	}
+	if key != "" && (m != nil || defaultProps != nil) {
 		e.buf = append(e.buf, ',', '"')
 		e.buf = append(e.buf, key...)
 		e.buf = append(e.buf, '"', ':')
-		e.object(m, 0, "")
+		e.object(m, defaultProps, 0, "")
 		if e.err != nil {
 			return &MessageError{Type: e.typ, Field: key, Reason: "cannot be encoded", Err: e.err}
 		}
 	}
 	e.buf = append(e.buf, `,"context":`...)
-	e.object(ctx, 0, "library")
+	e.object(ctx, defaultCtx, 0, "library")
 	if e.err != nil {
 		return &MessageError{Type: e.typ, Field: "Context", Reason: "cannot be encoded", Err: e.err}
 	}
 	if integrations != nil {
 		e.buf = append(e.buf, `,"integrations":`...)
-		e.object(integrations, 0, "")
+		e.object(integrations, nil, 0, "")
 		if e.err != nil {
 			return &MessageError{Type: e.typ, Field: "Integrations", Reason: "cannot be encoded", Err: e.err}
 		}
@@ -92,9 +103,10 @@ func (e *encoder) tail(key string, m map[string]any, ctx, integrations map[strin
 // libraryJSON is the context.library value every event carries.
 var libraryJSON = `{"name":"` + LibraryName + `","version":"` + Version + `"}`
 
-// object writes m; with stampLibrary set (the context), it adds the library
-// entry unless m has its own.
-func (e *encoder) object(m map[string]any, depth int, stampLibrary string) {
+// object writes m, then the entries of under (defaults, nil for none)
+// whose keys m does not have; with stampLibrary set (the context), it adds
+// the library entry unless m or under has its own.
+func (e *encoder) object(m, under map[string]any, depth int, stampLibrary string) {
 	if depth > maxNesting {
 		e.err = errTooDeep
 		return
@@ -102,25 +114,41 @@ func (e *encoder) object(m map[string]any, depth int, stampLibrary string) {
 	e.buf = append(e.buf, '{')
 	first := true
 	if stampLibrary != "" {
-		if _, ok := m[stampLibrary]; !ok {
+		_, own := m[stampLibrary]
+		_, byDefault := under[stampLibrary]
+		if !own && !byDefault {
 			e.buf = append(e.buf, `"library":`...)
 			e.buf = append(e.buf, libraryJSON...)
 			first = false
 		}
 	}
 	for k, v := range m {
-		if !first {
-			e.buf = append(e.buf, ',')
+		e.entry(&first, k, v, depth)
+		if e.err != nil {
+			return
 		}
-		first = false
-		e.buf = appendString(e.buf, k)
-		e.buf = append(e.buf, ':')
-		e.value(v, depth+1)
+	}
+	for k, v := range under {
+		if _, own := m[k]; own {
+			continue // the event's own key wins
+		}
+		e.entry(&first, k, v, depth)
 		if e.err != nil {
 			return
 		}
 	}
 	e.buf = append(e.buf, '}')
+}
+
+// entry writes one "key":value member of an object.
+func (e *encoder) entry(first *bool, k string, v any, depth int) {
+	if !*first {
+		e.buf = append(e.buf, ',')
+	}
+	*first = false
+	e.buf = appendString(e.buf, k)
+	e.buf = append(e.buf, ':')
+	e.value(v, depth+1)
 }
 
 func (e *encoder) value(v any, depth int) {
@@ -148,7 +176,7 @@ func (e *encoder) value(v any, depth int) {
 	case float32:
 		e.float(float64(x), 32)
 	case map[string]any:
-		e.object(x, depth, "")
+		e.object(x, nil, depth, "")
 	case []any:
 		if x == nil {
 			e.buf = append(e.buf, "null"...)

@@ -2,64 +2,63 @@ package analytics
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
 )
 
 // dispatch validates, stamps and enqueues m; with wait it waits for room.
-// It calls prepare on the concrete type, so m (and its maps) does not
-// escape: a message built in the call stays on the caller's stack.
+// prepareMessage calls prepare on the concrete type, so m (and its maps)
+// does not escape: a message built in the call stays on the caller's stack.
 func (c *Client) dispatch(ctx context.Context, wait bool, m Message) error {
 	sc := getScratch()
-	withCopy := c.withMessages
-	var copied Message
-	var err error
-	ok := true
+	sc.enc.defaults = c.defaults
+	copied, err := prepareMessage(sc, m, c.withMessages)
+	return c.settle.stats.count(c.accept(ctx, wait, sc, copied, err))
+}
+
+// prepareMessage validates m, stamps it and encodes it into sc's encoder;
+// with keep it also returns the copy callbacks get. A nil or unknown
+// Message is a *MessageError. The client and analyticstest's Fake both
+// call it (see shared.go), so they cannot disagree.
+func prepareMessage(sc *scratch, m Message, keep bool) (Message, error) {
 	switch v := m.(type) {
 	case Track:
-		copied, err = v.prepare(sc, withCopy)
+		return v.prepare(sc, keep)
 	case Identify:
-		copied, err = v.prepare(sc, withCopy)
+		return v.prepare(sc, keep)
 	case Group:
-		copied, err = v.prepare(sc, withCopy)
+		return v.prepare(sc, keep)
 	case Page:
-		copied, err = v.prepare(sc, withCopy)
+		return v.prepare(sc, keep)
 	case Screen:
-		copied, err = v.prepare(sc, withCopy)
+		return v.prepare(sc, keep)
 	case Alias:
-		copied, err = v.prepare(sc, withCopy)
+		return v.prepare(sc, keep)
 	case *Track:
-		if ok = v != nil; ok {
-			copied, err = v.prepare(sc, withCopy)
+		if v != nil {
+			return v.prepare(sc, keep)
 		}
 	case *Identify:
-		if ok = v != nil; ok {
-			copied, err = v.prepare(sc, withCopy)
+		if v != nil {
+			return v.prepare(sc, keep)
 		}
 	case *Group:
-		if ok = v != nil; ok {
-			copied, err = v.prepare(sc, withCopy)
+		if v != nil {
+			return v.prepare(sc, keep)
 		}
 	case *Page:
-		if ok = v != nil; ok {
-			copied, err = v.prepare(sc, withCopy)
+		if v != nil {
+			return v.prepare(sc, keep)
 		}
 	case *Screen:
-		if ok = v != nil; ok {
-			copied, err = v.prepare(sc, withCopy)
+		if v != nil {
+			return v.prepare(sc, keep)
 		}
 	case *Alias:
-		if ok = v != nil; ok {
-			copied, err = v.prepare(sc, withCopy)
+		if v != nil {
+			return v.prepare(sc, keep)
 		}
-	default:
-		ok = false
 	}
-	if !ok {
-		err = &MessageError{Type: "unknown", Field: "Message", Reason: "must be a non-nil Track, Identify, Group, Page, Screen or Alias"}
-	}
-	return c.accept(ctx, wait, sc, copied, err)
+	return nil, &MessageError{Type: "unknown", Field: "Message", Reason: "must be a non-nil Track, Identify, Group, Page, Screen or Alias"}
 }
 
 // accept ends an enqueue call (R2, R43, R45): prepare has encoded the event
@@ -73,8 +72,8 @@ func (c *Client) accept(ctx context.Context, wait bool, sc *scratch, withCopy Me
 	if c.closed.Load() {
 		err = ErrClosed
 	}
-	if err == nil && len(e.buf) > MaxEventBytes {
-		err = fmt.Errorf("%w: %d bytes of JSON, limit %d", ErrEventTooLarge, len(e.buf), MaxEventBytes)
+	if err == nil {
+		err = checkSize(e.buf)
 	}
 	var ev event
 	if err == nil && c.disk != nil {
@@ -85,9 +84,6 @@ func (c *Client) accept(ctx context.Context, wait bool, sc *scratch, withCopy Me
 	}
 	putScratch(sc)
 	if err != nil {
-		if errors.Is(err, ErrQueueFull) {
-			c.settle.stats.dropped.Add(1)
-		}
 		return err
 	}
 	ev.msg = withCopy
@@ -101,9 +97,6 @@ func (c *Client) accept(ctx context.Context, wait bool, sc *scratch, withCopy Me
 			c.disk.ack([]event{ev}) // not accepted: not replayed either
 		}
 		releaseEvents([]event{ev}) // not accepted: the queue holds no copy
-		if errors.Is(err, ErrQueueFull) {
-			c.settle.stats.dropped.Add(1)
-		}
 	}
 	return err
 }
@@ -116,6 +109,6 @@ func stamp(id *string, ts *time.Time, s *scratch, withID bool) {
 		*id = s.messageID()
 	}
 	if ts.IsZero() {
-		*ts = time.Now().UTC()
+		*ts = s.now()
 	}
 }

@@ -70,7 +70,7 @@ type ErrorKind string
 // Kinds of *HTTPError.
 const (
 	// KindNonRetryable: a status that is never retried (most 4xx, 501, 505,
-	// 511, statuses outside 200–599).
+	// 511 without OAuth, statuses outside 200–599).
 	KindNonRetryable ErrorKind = "non-retryable"
 	// KindRedirect: a 3xx reached the client; nothing was uploaded (R10).
 	KindRedirect ErrorKind = "redirect"

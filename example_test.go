@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"sync"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 
 	"github.com/relaykit/analytics-go"
 	"github.com/relaykit/analytics-go/analyticstest"
+	"github.com/relaykit/analytics-go/e2e/faultserver"
 )
 
 // The examples send to a recording endpoint on 127.0.0.1 started by
@@ -327,4 +330,99 @@ func ExampleClient_EnqueueContext() {
 	fmt.Println("received:", len(srv.Events()), "delivered:", st.Delivered, "dropped:", st.Dropped)
 	// Output:
 	// received: 100 delivered: 100 dropped: 0
+}
+
+// Default context and properties are merged into every event; the event's
+// own keys win.
+func ExampleWithDefaultContext() {
+	srv, err := analyticstest.StartServer()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer srv.Close()
+
+	client, err := analytics.New("WRITE_KEY", analytics.WithEndpoint(srv.URL()),
+		analytics.WithDefaultContext(map[string]any{"app": map[string]any{"name": "shop", "version": "1.2.3"}}),
+		analytics.WithDefaultProperties(map[string]any{"env": "prod", "plan": "free"}),
+	)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	_ = client.Track(analytics.Track{UserID: "user-42", Event: "Signed Up", Properties: analytics.Properties{"plan": "pro"}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := client.Close(ctx); err != nil {
+		fmt.Println("Close:", err)
+	}
+
+	tr := srv.Tracks()[0]
+	fmt.Println(tr.Properties["env"], tr.Properties["plan"], tr.Context["app"].(map[string]any)["name"])
+	// Output:
+	// prod pro shop
+}
+
+// WithSlog sends the client's logs to a log/slog logger.
+func ExampleWithSlog() {
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	client, err := analytics.New("WRITE_KEY", analytics.WithSlog(logger))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer func() { _ = client.Close(context.Background()) }()
+	// …
+}
+
+// Send with an OAuth 2.0 token instead of the write key's credentials. Here
+// the auth server and the tracking API are the repository's fault server,
+// which verifies the client assertion's signature and refuses uploads
+// without a token it issued; a real program reads its PEM key from a file
+// or a secret store and leaves AuthServer empty (Segment's).
+func ExampleWithOAuth() {
+	key, pub, err := faultserver.GenerateKey()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	srv, err := faultserver.Start(faultserver.Options{Token: &faultserver.TokenOptions{
+		PublicKey: pub, ClientID: "my-client", KeyID: "my-key", RequireBearer: true,
+	}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer srv.Close()
+
+	client, err := analytics.New("my-write-key",
+		analytics.WithEndpoint(srv.URL()),
+		analytics.WithOAuth(analytics.OAuthConfig{
+			ClientID:   "my-client",
+			KeyID:      "my-key",
+			PrivateKey: key,            // PEM, RSA (PKCS #1 or #8)
+			AuthServer: srv.TokenURL(), // empty: https://oauth2.segment.io
+		}),
+		analytics.WithOnError(func(err error, events []analytics.Message) {
+			if errors.Is(err, analytics.ErrOAuth) {
+				fmt.Println("no token:", err) // an *OAuthError says what to check
+			}
+		}),
+	)
+	if err != nil {
+		fmt.Println(err) // a bad key fails here: *ConfigError, Field "OAuth.PrivateKey"
+		return
+	}
+	_ = client.Track(analytics.Track{UserID: "user-42", Event: "Signed Up"})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := client.Close(ctx); err != nil {
+		fmt.Println(err)
+	}
+	tok := srv.TokenRequests()[0]
+	fmt.Println("assertion verified:", tok.Verified, "kid:", tok.KeyID)
+	fmt.Println("upload answered:", srv.Requests()[0].Status)
+	// Output:
+	// assertion verified: true kid: my-key
+	// upload answered: 200
 }

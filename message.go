@@ -256,15 +256,15 @@ func (m Track) prepare(s *scratch, keep bool) (kept Message, err error) {
 	}
 	stamp(&m.MessageID, &m.Timestamp, s, keep)
 	if keep {
-		kept = m.detach()
+		kept = m.detach(s.enc.defaults)
 	}
 	return kept, m.appendJSON(&s.enc)
 }
 
-func (m Track) detach() Message {
+func (m Track) detach(d *defaults) Message {
 	c := cloneStrings([5]string{m.MessageID, m.UserID, m.AnonymousID, m.Event})
 	return Track{MessageID: c[0], UserID: c[1], AnonymousID: c[2], Event: c[3], Timestamp: cloneTime(m.Timestamp),
-		Properties: cloneMap(m.Properties), Context: cloneMap(m.Context), Integrations: cloneMap(m.Integrations)}
+		Properties: d.mergeProperties(m.Properties), Context: d.mergeContext(m.Context), Integrations: cloneMap(m.Integrations)}
 }
 
 func (m Identify) prepare(s *scratch, keep bool) (kept Message, err error) {
@@ -273,15 +273,15 @@ func (m Identify) prepare(s *scratch, keep bool) (kept Message, err error) {
 	}
 	stamp(&m.MessageID, &m.Timestamp, s, keep)
 	if keep {
-		kept = m.detach()
+		kept = m.detach(s.enc.defaults)
 	}
 	return kept, m.appendJSON(&s.enc)
 }
 
-func (m Identify) detach() Message {
+func (m Identify) detach(d *defaults) Message {
 	c := cloneStrings([5]string{m.MessageID, m.UserID, m.AnonymousID})
 	return Identify{MessageID: c[0], UserID: c[1], AnonymousID: c[2], Timestamp: cloneTime(m.Timestamp),
-		Traits: cloneMap(m.Traits), Context: cloneMap(m.Context), Integrations: cloneMap(m.Integrations)}
+		Traits: cloneMap(m.Traits), Context: d.mergeContext(m.Context), Integrations: cloneMap(m.Integrations)}
 }
 
 func (m Group) prepare(s *scratch, keep bool) (kept Message, err error) {
@@ -290,15 +290,15 @@ func (m Group) prepare(s *scratch, keep bool) (kept Message, err error) {
 	}
 	stamp(&m.MessageID, &m.Timestamp, s, keep)
 	if keep {
-		kept = m.detach()
+		kept = m.detach(s.enc.defaults)
 	}
 	return kept, m.appendJSON(&s.enc)
 }
 
-func (m Group) detach() Message {
+func (m Group) detach(d *defaults) Message {
 	c := cloneStrings([5]string{m.MessageID, m.UserID, m.AnonymousID, m.GroupID})
 	return Group{MessageID: c[0], UserID: c[1], AnonymousID: c[2], GroupID: c[3], Timestamp: cloneTime(m.Timestamp),
-		Traits: cloneMap(m.Traits), Context: cloneMap(m.Context), Integrations: cloneMap(m.Integrations)}
+		Traits: cloneMap(m.Traits), Context: d.mergeContext(m.Context), Integrations: cloneMap(m.Integrations)}
 }
 
 func (m Page) prepare(s *scratch, keep bool) (kept Message, err error) {
@@ -307,15 +307,15 @@ func (m Page) prepare(s *scratch, keep bool) (kept Message, err error) {
 	}
 	stamp(&m.MessageID, &m.Timestamp, s, keep)
 	if keep {
-		kept = m.detach()
+		kept = m.detach(s.enc.defaults)
 	}
 	return kept, m.appendJSON(&s.enc)
 }
 
-func (m Page) detach() Message {
+func (m Page) detach(d *defaults) Message {
 	c := cloneStrings([5]string{m.MessageID, m.UserID, m.AnonymousID, m.Name, m.Category})
 	return Page{MessageID: c[0], UserID: c[1], AnonymousID: c[2], Name: c[3], Category: c[4], Timestamp: cloneTime(m.Timestamp),
-		Properties: cloneMap(m.Properties), Context: cloneMap(m.Context), Integrations: cloneMap(m.Integrations)}
+		Properties: d.mergeProperties(m.Properties), Context: d.mergeContext(m.Context), Integrations: cloneMap(m.Integrations)}
 }
 
 func (m Screen) prepare(s *scratch, keep bool) (kept Message, err error) {
@@ -324,15 +324,15 @@ func (m Screen) prepare(s *scratch, keep bool) (kept Message, err error) {
 	}
 	stamp(&m.MessageID, &m.Timestamp, s, keep)
 	if keep {
-		kept = m.detach()
+		kept = m.detach(s.enc.defaults)
 	}
 	return kept, m.appendJSON(&s.enc)
 }
 
-func (m Screen) detach() Message {
+func (m Screen) detach(d *defaults) Message {
 	c := cloneStrings([5]string{m.MessageID, m.UserID, m.AnonymousID, m.Name, m.Category})
 	return Screen{MessageID: c[0], UserID: c[1], AnonymousID: c[2], Name: c[3], Category: c[4], Timestamp: cloneTime(m.Timestamp),
-		Properties: cloneMap(m.Properties), Context: cloneMap(m.Context), Integrations: cloneMap(m.Integrations)}
+		Properties: d.mergeProperties(m.Properties), Context: d.mergeContext(m.Context), Integrations: cloneMap(m.Integrations)}
 }
 
 func (m Alias) prepare(s *scratch, keep bool) (kept Message, err error) {
@@ -341,15 +341,15 @@ func (m Alias) prepare(s *scratch, keep bool) (kept Message, err error) {
 	}
 	stamp(&m.MessageID, &m.Timestamp, s, keep)
 	if keep {
-		kept = m.detach()
+		kept = m.detach(s.enc.defaults)
 	}
 	return kept, m.appendJSON(&s.enc)
 }
 
-func (m Alias) detach() Message {
+func (m Alias) detach(d *defaults) Message {
 	c := cloneStrings([5]string{m.MessageID, m.UserID, m.AnonymousID, m.PreviousID})
 	return Alias{MessageID: c[0], UserID: c[1], AnonymousID: c[2], PreviousID: c[3], Timestamp: cloneTime(m.Timestamp),
-		Context: cloneMap(m.Context), Integrations: cloneMap(m.Integrations)}
+		Context: d.mergeContext(m.Context), Integrations: cloneMap(m.Integrations)}
 }
 
 // cloneStrings copies the strings of in into one new allocation.

@@ -26,6 +26,7 @@ type queue struct {
 	places   *capacity // shared with the waiting room (R43, R44)
 	flushAt  int
 	maxBytes int
+	perEvent int // bytes the body adds to each event beyond its JSON (R59)
 	interval time.Duration
 	maxRing  int
 
@@ -78,7 +79,7 @@ func (q *queue) push(ev event) error {
 	q.ring[(q.head+q.n)%len(q.ring)] = ev
 	q.n++
 	before := q.bytes
-	q.bytes += len(ev.data) + 1
+	q.bytes += len(ev.data) + 1 + q.perEvent
 	if q.n == 1 {
 		q.openedAt = time.Now()
 	}
@@ -153,7 +154,7 @@ func (q *queue) take(now time.Time) (*batch, time.Duration) {
 		if len(b.events) > 0 {
 			size++ // comma
 		}
-		if b.bytes+size > q.maxBytes {
+		if b.bytes+size+(len(b.events)+1)*q.perEvent > q.maxBytes {
 			break
 		}
 		b.events = append(b.events, q.popLocked())
@@ -208,7 +209,7 @@ func (q *queue) popLocked() event {
 	q.ring[q.head] = event{}
 	q.head = (q.head + 1) % len(q.ring)
 	q.n--
-	q.bytes -= len(ev.data) + 1
+	q.bytes -= len(ev.data) + 1 + q.perEvent
 	return ev
 }
 

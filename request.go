@@ -38,6 +38,7 @@ type sender struct {
 	userAgent string
 	writeKey  []byte // JSON-encoded once
 	gzip      bool
+	eventSent bool
 	zw        *gzip.Writer // reused across attempts
 
 	plain, zipped []byte   // body buffers, reused across attempts
@@ -52,26 +53,25 @@ func newSender(s *settings, client *http.Client) *sender {
 		userAgent: LibraryName + "/" + Version,
 		writeKey:  appendString(nil, s.writeKey),
 		gzip:      s.Gzip,
+		eventSent: s.EventSentAt,
 	}
 }
 
 // encodeBody writes {"batch":[…],"sentAt":…,"writeKey":…} into buf; sentAt
-// is the time of this attempt (R4).
+// is the time of this attempt (R4), on every event too with WithEventSentAt
+// (R59).
 func (s *sender) encodeBody(buf []byte, b *batch, sentAt time.Time) []byte {
+	var text [64]byte
+	stamp := appendTimestamp(text[:0], sentAt.UTC(), nil)
 	// The size is known: allocate once rather than grow by doubling.
 	const frame = len(`{"batch":[],"sentAt":"","writeKey":}`) + len("2006-01-02T15:04:05.999999999Z")
-	if need := b.bytes + len(s.writeKey) + frame; cap(buf) < need {
+	if need := b.bytes + len(b.events)*eventSentAtExtra(s.eventSent) + len(s.writeKey) + frame; cap(buf) < need {
 		buf = make([]byte, 0, need)
 	}
 	buf = append(buf[:0], `{"batch":[`...)
-	for i := range b.events {
-		if i > 0 {
-			buf = append(buf, ',')
-		}
-		buf = append(buf, b.events[i].data...)
-	}
+	buf = appendEvents(buf, b.events, s.eventSent, stamp)
 	buf = append(buf, `],"sentAt":"`...)
-	buf = appendTimestamp(buf, sentAt.UTC(), nil)
+	buf = append(buf, stamp...)
 	buf = append(buf, `","writeKey":`...)
 	buf = append(buf, s.writeKey...)
 	return append(buf, '}')
@@ -316,7 +316,7 @@ func retryableStatus(status int) bool {
 		// MaxTotalBackoffDuration, for parity with the conformance suite.
 		return true
 	case 501, 505, 511:
-		return false // R13; 511 stays non-retryable until OAuth exists (R50)
+		return false // R13; with OAuth, the consumer retries 511 with a fresh token (R50)
 	}
 	return status >= 500 && status <= 599
 }

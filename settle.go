@@ -148,6 +148,14 @@ type Stats struct {
 	RateLimited    int64 // responses with a usable Retry-After
 	RateLimitWaits int64 // waits of a consumer at the closed rate-limit gate
 
+	// Enqueue calls by outcome: each returns nil (Accepted) or exactly one
+	// error, counted by reason (ErrQueueFull is Dropped, above).
+	Accepted         int64 // enqueue calls that returned nil
+	RejectedInvalid  int64 // enqueue calls rejected with a *MessageError (ErrInvalidMessage)
+	RejectedTooLarge int64 // enqueue calls rejected with ErrEventTooLarge
+	RejectedClosed   int64 // enqueue calls rejected with ErrClosed
+	RejectedDisk     int64 // enqueue calls rejected with a *DiskError (durable mode)
+
 	// Durable mode only (WithDiskBuffer), all set at New:
 	Replayed    int64 // events an earlier client left in the disk buffer, sent first
 	DiskTorn    int64 // torn records (a write cut short by a crash) skipped at New
@@ -158,6 +166,30 @@ type counters struct {
 	delivered, failed, handedBack, dropped atomic.Int64
 	batches, requests, retries             atomic.Int64
 	rateLimited, rateLimitWaits            atomic.Int64
+
+	accepted, rejectedInvalid, rejectedTooLarge, rejectedClosed atomic.Int64
+	rejectedDisk                                                atomic.Int64
+}
+
+// count counts the outcome of one enqueue call and returns err.
+func (s *counters) count(err error) error {
+	switch {
+	case err == nil:
+		s.accepted.Add(1)
+	case errors.Is(err, ErrQueueFull):
+		s.dropped.Add(1)
+	case errors.Is(err, ErrClosed):
+		s.rejectedClosed.Add(1)
+	case errors.Is(err, ErrEventTooLarge):
+		s.rejectedTooLarge.Add(1)
+	case errors.Is(err, ErrInvalidMessage):
+		s.rejectedInvalid.Add(1)
+	default:
+		if _, ok := err.(*DiskError); ok {
+			s.rejectedDisk.Add(1)
+		}
+	}
+	return err
 }
 
 // Stats returns a snapshot of the client's counters. Safe for concurrent
@@ -175,6 +207,12 @@ func (c *Client) Stats() Stats {
 		Retries:        s.retries.Load(),
 		RateLimited:    s.rateLimited.Load(),
 		RateLimitWaits: s.rateLimitWaits.Load(),
+
+		Accepted:         s.accepted.Load(),
+		RejectedInvalid:  s.rejectedInvalid.Load(),
+		RejectedTooLarge: s.rejectedTooLarge.Load(),
+		RejectedClosed:   s.rejectedClosed.Load(),
+		RejectedDisk:     s.rejectedDisk.Load(),
 	}
 	if d := c.disk; d != nil {
 		st.Replayed = d.replayed.Load()

@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // The hot path hands out small pieces of larger allocations: event JSON is
@@ -82,6 +83,19 @@ type scratch struct {
 	handed int32 // tickets of slab handed out
 	ids    string
 	next   int
+
+	// Set only by prepareDetached (analyticstest's Fake): a clock and an id
+	// generator that replace time.Now and the id block. Nil in the client.
+	clock func() time.Time
+	newID func() string
+}
+
+// now is the timestamp stamped on an event without one, always in UTC.
+func (s *scratch) now() time.Time {
+	if s.clock != nil {
+		return s.clock().UTC()
+	}
+	return time.Now().UTC()
 }
 
 var scratches = sync.Pool{New: func() any {
@@ -95,6 +109,7 @@ func getScratch() *scratch {
 }
 
 func putScratch(s *scratch) {
+	s.enc.defaults = nil
 	if cap(s.enc.buf) > 64<<10 { // do not keep a huge event's buffer
 		s.enc.buf = make([]byte, 0, 1024)
 	}
@@ -129,6 +144,9 @@ func (s *scratch) copyToSlab(p []byte) ([]byte, *slab) {
 // for concurrent use, which is plenty for idempotency keys and far cheaper
 // than crypto/rand.
 func (s *scratch) messageID() string {
+	if s.newID != nil {
+		return s.newID()
+	}
 	if s.next == idsPerBlock {
 		buf := make([]byte, 0, idsPerBlock*36)
 		for i := 0; i < idsPerBlock; i++ {

@@ -84,7 +84,7 @@ func ExampleWithDeliveryError() {
 	}
 	tracker := analyticstest.NewFake(
 		analyticstest.WithDeliveryError(failure),
-		analyticstest.WithOnError(func(err error, events []analytics.Message) {
+		analyticstest.WithErrorCallback(func(err error, events []analytics.Message) {
 			var he *analytics.HTTPError
 			if errors.As(err, &he) {
 				fmt.Printf("%d event(s) not delivered: status %d, retries exhausted: %t\n",
@@ -126,11 +126,15 @@ func ExampleStartServer() {
 	for _, r := range srv.Requests() {
 		fmt.Println(r.Method, r.Path, r.Status, "gzip:", r.Gzip, "write key:", r.WriteKey, "events:", len(r.Events))
 	}
-	for _, e := range srv.Events() {
-		fmt.Println(e["type"], e["userId"])
+	for _, m := range srv.Messages() {
+		fmt.Println(m.Type(), m.ID() != "")
+	}
+	for _, tr := range srv.Tracks() {
+		fmt.Println(tr.Event, tr.UserID, tr.Properties["plan"], tr.Timestamp.Location())
 	}
 	// Output:
 	// POST /v1/batch 200 gzip: true write key: WRITE_KEY events: 2
-	// identify user-42
-	// track user-42
+	// identify true
+	// track true
+	// Signed Up user-42 pro UTC
 }

@@ -4,46 +4,50 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"time"
 
 	"github.com/relaykit/analytics-go"
+	"github.com/relaykit/analytics-go/internal/shared"
 )
 
 // Fake is an analytics.Tracker that records events in memory instead of
 // sending them. Create it with NewFake; the zero value is not usable. All
 // methods are safe for concurrent use.
 //
-// It follows the contract of *analytics.Client where a test can observe it:
+// It follows the contract of *analytics.Client where a test can observe it,
+// and it runs the client's own code to do so, not a copy:
 //
-//   - An enqueue call validates the message with its own Validate method and
-//     returns that error (a *analytics.MessageError) without recording
-//     anything. A nil or unknown Message is rejected the same way.
+//   - An enqueue call runs the client's preparation of the message: the
+//     same type switch (a pointer is recorded as its value; a nil or
+//     unknown Message is rejected), the same validation, the same JSON
+//     encoding. It returns exactly the error the client returns (a
+//     *analytics.MessageError, analytics.ErrEventTooLarge) and records
+//     nothing.
 //   - An accepted message is stamped as the client stamps it: an empty
-//     MessageID gets a random UUID, a zero Timestamp gets the current time
-//     (see WithMessageIDs and WithClock for fixed values). Pointers are
-//     recorded as values.
-//   - After Close every enqueue call returns analytics.ErrClosed, and so do
-//     Flush and a second Close.
+//     MessageID gets an id from the client's generator (a random version 4
+//     UUID), a zero Timestamp gets the current time in UTC (see
+//     WithMessageIDs and WithClock for fixed values). What is recorded is
+//     the copy the client's callbacks would get: Timestamp in UTC,
+//     top-level maps copied.
+//   - After Close every enqueue call returns analytics.ErrClosed, whatever
+//     the event, and so do Flush and a second Close.
 //   - FailEnqueueWith makes enqueue calls return an error, for example
-//     analytics.ErrQueueFull.
+//     analytics.ErrQueueFull, whatever the event: it is checked before the
+//     message is validated (only Close takes precedence).
 //
 // Accepted events wait, like events in the client's queue, until Flush or
 // Close gives them their disposition: each appears in exactly one call of
-// the OnSuccess callback, or of the OnError callback when WithDeliveryError
-// is used. Unlike the client, the fake calls these callbacks on the
-// goroutine that called Flush or Close, and lets a panic in them through.
-//
-// The fake does not encode events, so it does not reproduce
-// analytics.ErrEventTooLarge or the encoding errors of values that are not
-// JSON; use FailEnqueueWith to simulate them.
+// the WithSuccessCallback callback, or of the WithErrorCallback callback
+// when WithDeliveryError is used. Unlike the client, the fake calls these
+// callbacks on the goroutine that called Flush or Close, and lets a panic
+// in them through.
 type Fake struct {
 	onSuccess   func([]analytics.Message)
 	onError     func(error, []analytics.Message)
 	deliveryErr error
-	now         func() time.Time
-	newID       func() string
+	now         func() time.Time // nil: the client's clock
+	newID       func() string    // nil: the client's id generator
 
 	mu         sync.Mutex
 	messages   []analytics.Message // every accepted message, in order
@@ -64,18 +68,18 @@ type fakeOptionFunc func(*Fake)
 
 func (f fakeOptionFunc) applyFake(fk *Fake) { f(fk) }
 
-// WithOnSuccess registers a callback for delivered events, like
-// analytics.WithOnSuccess. Flush and Close call it once with the events
-// accepted since the previous Flush or Close (never with none). Default:
-// no callback.
-func WithOnSuccess(f func(events []analytics.Message)) FakeOption {
+// WithSuccessCallback registers a callback for delivered events, like
+// analytics.WithOnSuccess for the client. Flush and Close call it once with
+// the events accepted since the previous Flush or Close (never with none).
+// Default: no callback.
+func WithSuccessCallback(f func(events []analytics.Message)) FakeOption {
 	return fakeOptionFunc(func(fk *Fake) { fk.onSuccess = f })
 }
 
-// WithOnError registers a callback for events that were not delivered, like
-// analytics.WithOnError. It is only called when WithDeliveryError sets an
-// error. Default: no callback.
-func WithOnError(f func(err error, events []analytics.Message)) FakeOption {
+// WithErrorCallback registers a callback for events that were not
+// delivered, like analytics.WithOnError for the client. It is only called
+// when WithDeliveryError sets an error. Default: no callback.
+func WithErrorCallback(f func(err error, events []analytics.Message)) FakeOption {
 	return fakeOptionFunc(func(fk *Fake) { fk.onError = f })
 }
 
@@ -95,7 +99,9 @@ func WithDeliveryError(err error) FakeOption {
 }
 
 // WithClock sets the clock that stamps a zero Timestamp (default
-// time.Now). It is called once per enqueue call, outside the fake's lock.
+// time.Now, as the client). Its result is converted to UTC, as the client
+// stamps. It is called at most once per enqueue call, outside the fake's
+// lock.
 func WithClock(now func() time.Time) FakeOption {
 	return fakeOptionFunc(func(fk *Fake) {
 		if now != nil {
@@ -105,8 +111,9 @@ func WithClock(now func() time.Time) FakeOption {
 }
 
 // WithMessageIDs sets the generator that stamps an empty MessageID (default:
-// a random version 4 UUID, as the client uses). It is called once per
-// enqueue call of a message without a MessageID, outside the fake's lock.
+// the client's generator, a random version 4 UUID). It is called at most
+// once per enqueue call of a message without a MessageID, and not for a
+// call rejected by Close or FailEnqueueWith, outside the fake's lock.
 func WithMessageIDs(next func() string) FakeOption {
 	return fakeOptionFunc(func(fk *Fake) {
 		if next != nil {
@@ -117,7 +124,7 @@ func WithMessageIDs(next func() string) FakeOption {
 
 // NewFake returns an open Fake with no recorded messages.
 func NewFake(opts ...FakeOption) *Fake {
-	f := &Fake{now: time.Now, newID: randomUUID, changed: make(chan struct{})}
+	f := &Fake{changed: make(chan struct{})}
 	for _, o := range opts {
 		if o != nil {
 			o.applyFake(f)
@@ -164,17 +171,32 @@ func (f *Fake) EnqueueContext(ctx context.Context, m analytics.Message) error {
 // add is the non-blocking accept of Track, Enqueue and the others.
 func (f *Fake) add(m analytics.Message) error { return f.accept(context.Background(), m, false) }
 
-// accept validates, stamps and records m. With wait set, an injected
-// ErrQueueFull makes it wait as EnqueueContext documents.
+// accept checks the fake's state, then prepares m with the client's code
+// and records it. With wait set, an injected ErrQueueFull makes it wait as
+// EnqueueContext documents.
 func (f *Fake) accept(ctx context.Context, m analytics.Message, wait bool) error {
-	m, err := normalize(m)
+	if err := f.admit(ctx, wait); err != nil {
+		return err
+	}
+	kept, err := shared.Prepare(m, f.now, f.newID) // before the lock: user code runs here
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed { // closed meanwhile: the client too says ErrClosed, whatever the event
+		return analytics.ErrClosed
+	}
 	if err != nil {
 		return err
 	}
-	if err := m.Validate(); err != nil {
-		return err
-	}
-	m = f.stamp(m) // before the lock: user code runs here
+	msg := kept.(analytics.Message)
+	f.messages = append(f.messages, msg)
+	f.pending = append(f.pending, msg)
+	return nil
+}
+
+// admit returns ErrClosed after Close, else the FailEnqueueWith error (with
+// wait and an error matching ErrQueueFull, it waits for the error to be
+// cleared instead), else nil.
+func (f *Fake) admit(ctx context.Context, wait bool) error {
 	f.mu.Lock()
 	for {
 		if f.closed {
@@ -183,7 +205,8 @@ func (f *Fake) accept(ctx context.Context, m analytics.Message, wait bool) error
 		}
 		failure := f.enqueueErr
 		if failure == nil {
-			break
+			f.mu.Unlock()
+			return nil
 		}
 		if !wait || !errors.Is(failure, analytics.ErrQueueFull) {
 			f.mu.Unlock()
@@ -198,10 +221,6 @@ func (f *Fake) accept(ctx context.Context, m analytics.Message, wait bool) error
 		}
 		f.mu.Lock()
 	}
-	f.messages = append(f.messages, m)
-	f.pending = append(f.pending, m)
-	f.mu.Unlock()
-	return nil
 }
 
 // Flush gives every event accepted so far its disposition: it calls
@@ -281,9 +300,10 @@ func isHandBack(err error) bool {
 	return err != nil && errors.Is(err, analytics.ErrShutdownInterrupted)
 }
 
-// FailEnqueueWith makes every later enqueue call return err (after
-// validation, and unless the fake is closed) without recording the event;
-// nil restores normal behaviour. Use analytics.ErrQueueFull to test how
+// FailEnqueueWith makes every later enqueue call return err without
+// recording the event, whatever the event: err is returned before the
+// message is validated, so an invalid event gets err too (only a closed
+// fake answers analytics.ErrClosed instead). nil restores normal behaviour. Use analytics.ErrQueueFull to test how
 // code copes with a full queue; see EnqueueContext for the blocking mode.
 func (f *Fake) FailEnqueueWith(err error) {
 	f.mu.Lock()
@@ -363,83 +383,4 @@ func only[M analytics.Message](f *Fake) []M {
 		}
 	}
 	return out
-}
-
-// normalize turns a pointer into its value and rejects nil and unknown
-// messages with the error the client returns.
-func normalize(m analytics.Message) (analytics.Message, error) {
-	switch v := m.(type) {
-	case analytics.Track, analytics.Identify, analytics.Group,
-		analytics.Page, analytics.Screen, analytics.Alias:
-		return v, nil
-	case *analytics.Track:
-		if v != nil {
-			return *v, nil
-		}
-	case *analytics.Identify:
-		if v != nil {
-			return *v, nil
-		}
-	case *analytics.Group:
-		if v != nil {
-			return *v, nil
-		}
-	case *analytics.Page:
-		if v != nil {
-			return *v, nil
-		}
-	case *analytics.Screen:
-		if v != nil {
-			return *v, nil
-		}
-	case *analytics.Alias:
-		if v != nil {
-			return *v, nil
-		}
-	}
-	return nil, &analytics.MessageError{Type: "unknown", Field: "Message",
-		Reason: "must be a non-nil Track, Identify, Group, Page, Screen or Alias"}
-}
-
-// stamp fills an empty MessageID and a zero Timestamp, never overwriting
-// the caller's values, as the client does.
-func (f *Fake) stamp(m analytics.Message) analytics.Message {
-	switch v := m.(type) {
-	case analytics.Track:
-		f.fill(&v.MessageID, &v.Timestamp)
-		return v
-	case analytics.Identify:
-		f.fill(&v.MessageID, &v.Timestamp)
-		return v
-	case analytics.Group:
-		f.fill(&v.MessageID, &v.Timestamp)
-		return v
-	case analytics.Page:
-		f.fill(&v.MessageID, &v.Timestamp)
-		return v
-	case analytics.Screen:
-		f.fill(&v.MessageID, &v.Timestamp)
-		return v
-	case analytics.Alias:
-		f.fill(&v.MessageID, &v.Timestamp)
-		return v
-	}
-	return m
-}
-
-func (f *Fake) fill(id *string, ts *time.Time) {
-	if *id == "" {
-		*id = f.newID()
-	}
-	if ts.IsZero() {
-		*ts = f.now()
-	}
-}
-
-// randomUUID returns a random version 4 UUID.
-func randomUUID() string {
-	hi := rand.Uint64()&^(0xf<<12) | 0x4<<12 // version 4
-	lo := rand.Uint64()&^(0x3<<62) | 0x2<<62 // RFC 4122 variant
-	return fmt.Sprintf("%08x-%04x-%04x-%04x-%012x",
-		hi>>32, hi>>16&0xffff, hi&0xffff, lo>>48, lo&0xffffffffffff)
 }

@@ -149,9 +149,10 @@ func TestFakeFailEnqueueWith(t *testing.T) {
 	if err := f.Track(analytics.Track{UserID: "u", Event: "E"}); !errors.Is(err, analytics.ErrQueueFull) {
 		t.Fatalf("Track = %v, want ErrQueueFull", err)
 	}
-	// Validation comes first, as in the client.
-	if err := f.Track(analytics.Track{UserID: "u"}); !errors.Is(err, analytics.ErrInvalidMessage) {
-		t.Fatalf("invalid Track = %v, want ErrInvalidMessage", err)
+	// The injected error comes before validation: a test of the queue-full
+	// path cannot pass because its event happened to be invalid.
+	if err := f.Track(analytics.Track{UserID: "u"}); !errors.Is(err, analytics.ErrQueueFull) || errors.Is(err, analytics.ErrInvalidMessage) {
+		t.Fatalf("invalid Track = %v, want ErrQueueFull", err)
 	}
 	tooLarge := fmt.Errorf("%w: simulated", analytics.ErrEventTooLarge)
 	f.FailEnqueueWith(tooLarge)
@@ -210,7 +211,7 @@ func TestFakeEnqueueContextEndsAtClose(t *testing.T) {
 
 func TestFakeClose(t *testing.T) {
 	var delivered [][]analytics.Message
-	f := analyticstest.NewFake(analyticstest.WithOnSuccess(func(events []analytics.Message) {
+	f := analyticstest.NewFake(analyticstest.WithSuccessCallback(func(events []analytics.Message) {
 		delivered = append(delivered, events)
 	}))
 	_ = f.Track(analytics.Track{UserID: "u", Event: "E"})
@@ -234,8 +235,8 @@ func TestFakeClose(t *testing.T) {
 			t.Errorf("%s after Close = %v, want ErrClosed", name, err)
 		}
 	}
-	if err := f.Track(analytics.Track{Event: "E"}); !errors.Is(err, analytics.ErrInvalidMessage) {
-		t.Errorf("invalid Track after Close = %v, want ErrInvalidMessage (validation first)", err)
+	if err := f.Track(analytics.Track{Event: "E"}); !errors.Is(err, analytics.ErrClosed) || errors.Is(err, analytics.ErrInvalidMessage) {
+		t.Errorf("invalid Track after Close = %v, want ErrClosed, as the client answers", err)
 	}
 	if n := len(f.Messages()); n != 1 {
 		t.Errorf("%d messages, want 1", n)
@@ -245,8 +246,8 @@ func TestFakeClose(t *testing.T) {
 func TestFakeFlushCallsOnSuccessOncePerFlush(t *testing.T) {
 	var calls []int
 	f := analyticstest.NewFake(
-		analyticstest.WithOnSuccess(func(events []analytics.Message) { calls = append(calls, len(events)) }),
-		analyticstest.WithOnError(func(error, []analytics.Message) { t.Error("OnError called without a delivery error") }),
+		analyticstest.WithSuccessCallback(func(events []analytics.Message) { calls = append(calls, len(events)) }),
+		analyticstest.WithErrorCallback(func(error, []analytics.Message) { t.Error("OnError called without a delivery error") }),
 	)
 	ctx := context.Background()
 	_ = f.Track(analytics.Track{UserID: "u", Event: "A"})
@@ -282,8 +283,8 @@ func TestFakeDeliveryError(t *testing.T) {
 	var gotErr error
 	f := analyticstest.NewFake(
 		analyticstest.WithDeliveryError(reason),
-		analyticstest.WithOnSuccess(func([]analytics.Message) { t.Error("OnSuccess called with a delivery error") }),
-		analyticstest.WithOnError(func(err error, events []analytics.Message) {
+		analyticstest.WithSuccessCallback(func([]analytics.Message) { t.Error("OnSuccess called with a delivery error") }),
+		analyticstest.WithErrorCallback(func(err error, events []analytics.Message) {
 			gotErr = err
 			failed = append(failed, events...)
 		}),
@@ -309,7 +310,7 @@ func TestFakeHandBack(t *testing.T) {
 	var handedBack int
 	f := analyticstest.NewFake(
 		analyticstest.WithDeliveryError(analytics.ErrShutdownInterrupted),
-		analyticstest.WithOnError(func(err error, events []analytics.Message) {
+		analyticstest.WithErrorCallback(func(err error, events []analytics.Message) {
 			if !errors.Is(err, analytics.ErrShutdownInterrupted) {
 				t.Errorf("OnError err = %v", err)
 			}
@@ -352,7 +353,7 @@ func TestFakeHandBackWithNothingPending(t *testing.T) {
 
 func TestFakeReset(t *testing.T) {
 	calls := 0
-	f := analyticstest.NewFake(analyticstest.WithOnSuccess(func([]analytics.Message) { calls++ }))
+	f := analyticstest.NewFake(analyticstest.WithSuccessCallback(func([]analytics.Message) { calls++ }))
 	_ = f.Track(analytics.Track{UserID: "u", Event: "E"})
 	f.FailEnqueueWith(analytics.ErrQueueFull)
 	_ = f.Close(context.Background())
@@ -389,7 +390,7 @@ func TestFakeMessageIDsOption(t *testing.T) {
 func TestFakeConcurrentSafe(t *testing.T) {
 	var mu sync.Mutex
 	seen := map[string]int{}
-	f := analyticstest.NewFake(analyticstest.WithOnSuccess(func(events []analytics.Message) {
+	f := analyticstest.NewFake(analyticstest.WithSuccessCallback(func(events []analytics.Message) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, m := range events {

@@ -11,6 +11,9 @@ import (
 	"net/http/httptest"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/relaykit/analytics-go"
 )
 
 // maxRequestBody bounds how much of a request body the Server reads; the
@@ -28,7 +31,7 @@ const maxRequestBody = 4 << 20
 // POST /v1/batch get 404, those without Basic authorization (a non-empty
 // user name and an empty password) or with a write key other than the one
 // given to WithWriteKey get 401, and bodies that are not a JSON object
-// with a "batch" array get 400. Every request is recorded whatever the
+// with a "batch" array of objects get 400. Every request is recorded whatever the
 // answer.
 type Server struct {
 	http     *httptest.Server
@@ -55,6 +58,17 @@ type Request struct {
 	// Events are the decoded elements of the body's "batch" array, with
 	// JSON numbers as float64.
 	Events []map[string]any
+	// RawEvents are the same elements as they were sent, one JSON object
+	// each.
+	RawEvents []json.RawMessage
+	// Messages are the same elements decoded into the message types of
+	// package analytics (analytics.Track, analytics.Identify, …, as
+	// values), for typed assertions. Numbers in maps are float64; Context
+	// includes the "library" entry the client adds; Timestamp is in UTC.
+	// An element whose "type" is not one of the six, or whose fields do
+	// not decode into the type's fields, is left out (Events and RawEvents
+	// have it).
+	Messages []analytics.Message
 	// SentAt is the body's "sentAt" field.
 	SentAt string
 	// Status is the status code the Server answered.
@@ -151,6 +165,64 @@ func (s *Server) Events() []map[string]any {
 	return out
 }
 
+// RawEvents returns the JSON of the events that Events returns, in the same
+// order.
+func (s *Server) RawEvents() []json.RawMessage {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []json.RawMessage
+	for _, r := range s.requests {
+		if delivered(r.Status) {
+			out = append(out, r.RawEvents...)
+		}
+	}
+	return out
+}
+
+// Messages returns the events of every request answered 2xx, in arrival
+// order, decoded into the message types of package analytics (see
+// Request.Messages), so that assertions need no type assertions on maps. As
+// with Events, a batch sent more than once appears more than once.
+func (s *Server) Messages() []analytics.Message {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []analytics.Message
+	for _, r := range s.requests {
+		if delivered(r.Status) {
+			out = append(out, r.Messages...)
+		}
+	}
+	return out
+}
+
+// Tracks returns the track events of Messages, in order.
+func (s *Server) Tracks() []analytics.Track { return ofType[analytics.Track](s.Messages()) }
+
+// Identifies returns the identify events of Messages, in order.
+func (s *Server) Identifies() []analytics.Identify { return ofType[analytics.Identify](s.Messages()) }
+
+// Groups returns the group events of Messages, in order.
+func (s *Server) Groups() []analytics.Group { return ofType[analytics.Group](s.Messages()) }
+
+// Pages returns the page events of Messages, in order.
+func (s *Server) Pages() []analytics.Page { return ofType[analytics.Page](s.Messages()) }
+
+// Screens returns the screen events of Messages, in order.
+func (s *Server) Screens() []analytics.Screen { return ofType[analytics.Screen](s.Messages()) }
+
+// Aliases returns the alias events of Messages, in order.
+func (s *Server) Aliases() []analytics.Alias { return ofType[analytics.Alias](s.Messages()) }
+
+func ofType[M analytics.Message](msgs []analytics.Message) []M {
+	var out []M
+	for _, m := range msgs {
+		if v, ok := m.(M); ok {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
 // MessageIDs returns the messageId of each event that Events returns, in
 // the same order.
 func (s *Server) MessageIDs() []string {
@@ -213,14 +285,72 @@ func (s *Server) receive(w http.ResponseWriter, r *http.Request, rec *Request) (
 	}
 	rec.Body = raw
 	var payload struct {
-		Batch  []map[string]any `json:"batch"`
-		SentAt string           `json:"sentAt"`
+		Batch  []json.RawMessage `json:"batch"`
+		SentAt string            `json:"sentAt"`
 	}
 	if err := json.Unmarshal(raw, &payload); err != nil || payload.Batch == nil {
 		return http.StatusBadRequest, `{"message":"body must be a JSON object with a batch array"}`
 	}
-	rec.Events, rec.SentAt = payload.Batch, payload.SentAt
+	events := make([]map[string]any, len(payload.Batch))
+	for i, e := range payload.Batch {
+		if err := json.Unmarshal(e, &events[i]); err != nil || events[i] == nil {
+			return http.StatusBadRequest, `{"message":"every element of batch must be a JSON object"}`
+		}
+		if m := decodeMessage(e); m != nil {
+			rec.Messages = append(rec.Messages, m)
+		}
+	}
+	rec.Events, rec.RawEvents, rec.SentAt = events, payload.Batch, payload.SentAt
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.status, s.body
+}
+
+// wireEvent is the union of the six message types as the tracking API
+// receives them.
+type wireEvent struct {
+	Type         string         `json:"type"`
+	MessageID    string         `json:"messageId"`
+	Timestamp    time.Time      `json:"timestamp"`
+	UserID       string         `json:"userId"`
+	AnonymousID  string         `json:"anonymousId"`
+	Event        string         `json:"event"`
+	Name         string         `json:"name"`
+	Category     string         `json:"category"`
+	GroupID      string         `json:"groupId"`
+	PreviousID   string         `json:"previousId"`
+	Properties   map[string]any `json:"properties"`
+	Traits       map[string]any `json:"traits"`
+	Context      map[string]any `json:"context"`
+	Integrations map[string]any `json:"integrations"`
+}
+
+// decodeMessage returns the analytics message that raw encodes, or nil.
+func decodeMessage(raw json.RawMessage) analytics.Message {
+	var w wireEvent
+	if err := json.Unmarshal(raw, &w); err != nil {
+		return nil
+	}
+	ts := w.Timestamp.UTC()
+	switch w.Type {
+	case "track":
+		return analytics.Track{MessageID: w.MessageID, UserID: w.UserID, AnonymousID: w.AnonymousID, Event: w.Event,
+			Timestamp: ts, Properties: w.Properties, Context: w.Context, Integrations: w.Integrations}
+	case "identify":
+		return analytics.Identify{MessageID: w.MessageID, UserID: w.UserID, AnonymousID: w.AnonymousID,
+			Timestamp: ts, Traits: w.Traits, Context: w.Context, Integrations: w.Integrations}
+	case "group":
+		return analytics.Group{MessageID: w.MessageID, UserID: w.UserID, AnonymousID: w.AnonymousID, GroupID: w.GroupID,
+			Timestamp: ts, Traits: w.Traits, Context: w.Context, Integrations: w.Integrations}
+	case "page":
+		return analytics.Page{MessageID: w.MessageID, UserID: w.UserID, AnonymousID: w.AnonymousID, Name: w.Name,
+			Category: w.Category, Timestamp: ts, Properties: w.Properties, Context: w.Context, Integrations: w.Integrations}
+	case "screen":
+		return analytics.Screen{MessageID: w.MessageID, UserID: w.UserID, AnonymousID: w.AnonymousID, Name: w.Name,
+			Category: w.Category, Timestamp: ts, Properties: w.Properties, Context: w.Context, Integrations: w.Integrations}
+	case "alias":
+		return analytics.Alias{MessageID: w.MessageID, UserID: w.UserID, AnonymousID: w.AnonymousID, PreviousID: w.PreviousID,
+			Timestamp: ts, Context: w.Context, Integrations: w.Integrations}
+	}
+	return nil
 }

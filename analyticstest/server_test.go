@@ -215,3 +215,106 @@ func TestStartServer(t *testing.T) {
 	srv.Close()
 	srv.Close() // idempotent
 }
+
+// The typed accessors decode what the client sent into the message types,
+// so assertions need no type assertions, and match what a Fake records for
+// the same calls.
+func TestServerTypedAccessors(t *testing.T) {
+	srv := analyticstest.NewServer(t)
+	c := newClient(t, srv, analytics.WithGzip(true))
+	fake := analyticstest.NewFake()
+	at := time.Date(2026, 11, 30, 9, 30, 0, 123_000_000, time.FixedZone("CET", 3600))
+	send := func(tr analytics.Tracker) {
+		t.Helper()
+		for _, err := range []error{
+			tr.Track(analytics.Track{MessageID: "t1", UserID: "u", Event: "Signed Up", Timestamp: at,
+				Properties: analytics.Properties{"plan": "pro", "seats": 3}, Integrations: analytics.Integrations{"All": false}}),
+			tr.Identify(analytics.Identify{MessageID: "i1", UserID: "u", Timestamp: at, Traits: analytics.Traits{"name": "Ada"}}),
+			tr.Group(analytics.Group{MessageID: "g1", AnonymousID: "a", GroupID: "acme", Timestamp: at}),
+			tr.Page(analytics.Page{MessageID: "p1", UserID: "u", Name: "Pricing", Category: "Docs", Timestamp: at}),
+			tr.Screen(analytics.Screen{MessageID: "s1", UserID: "u", Name: "Settings", Timestamp: at,
+				Context: analytics.Context{"app": map[string]any{"version": "1.2"}}}),
+			tr.Alias(analytics.Alias{MessageID: "a1", UserID: "u", PreviousID: "a", Timestamp: at}),
+		} {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	send(c)
+	send(fake)
+	closeClient(t, c)
+
+	tracks := srv.Tracks()
+	if len(tracks) != 1 {
+		t.Fatalf("%d tracks", len(tracks))
+	}
+	tr := tracks[0]
+	if tr.MessageID != "t1" || tr.UserID != "u" || tr.Event != "Signed Up" || tr.Properties["plan"] != "pro" ||
+		tr.Properties["seats"] != float64(3) || tr.Integrations["All"] != false {
+		t.Errorf("track %+v", tr)
+	}
+	if tr.Timestamp.Location() != time.UTC || !tr.Timestamp.Equal(at) {
+		t.Errorf("track timestamp %v, want %v", tr.Timestamp, at.UTC())
+	}
+	if lib, _ := tr.Context["library"].(map[string]any); lib["name"] != analytics.LibraryName {
+		t.Errorf("track context %v has no library entry", tr.Context)
+	}
+	if id := srv.Identifies(); len(id) != 1 || id[0].Traits["name"] != "Ada" {
+		t.Errorf("identifies %+v", id)
+	}
+	if g := srv.Groups(); len(g) != 1 || g[0].GroupID != "acme" || g[0].AnonymousID != "a" {
+		t.Errorf("groups %+v", g)
+	}
+	if p := srv.Pages(); len(p) != 1 || p[0].Name != "Pricing" || p[0].Category != "Docs" {
+		t.Errorf("pages %+v", p)
+	}
+	if s := srv.Screens(); len(s) != 1 || s[0].Context["app"].(map[string]any)["version"] != "1.2" {
+		t.Errorf("screens %+v", s)
+	}
+	if a := srv.Aliases(); len(a) != 1 || a[0].PreviousID != "a" {
+		t.Errorf("aliases %+v", a)
+	}
+
+	// The same calls recorded by the Fake: same types, ids, fields and
+	// instants. The wire adds the library context and turns numbers into
+	// float64; nothing else differs.
+	got, want := srv.Messages(), fake.Messages()
+	if len(got) != len(want) {
+		t.Fatalf("server has %d messages, fake %d", len(got), len(want))
+	}
+	for i := range got {
+		if got[i].Type() != want[i].Type() || got[i].ID() != want[i].ID() {
+			t.Errorf("message %d: server %s %s, fake %s %s", i, got[i].Type(), got[i].ID(), want[i].Type(), want[i].ID())
+		}
+	}
+	if ft := fake.Tracks()[0]; ft.Event != tr.Event || !ft.Timestamp.Equal(tr.Timestamp) || ft.Timestamp.Location() != time.UTC {
+		t.Errorf("fake track %+v, server track %+v", ft, tr)
+	}
+
+	raw := srv.RawEvents()
+	if len(raw) != 6 || !bytes.Contains(raw[0], []byte(`"event":"Signed Up"`)) {
+		t.Errorf("raw events %s", raw)
+	}
+	if r := srv.Requests()[0]; len(r.RawEvents) != 6 || len(r.Messages) != 6 || len(r.Events) != 6 {
+		t.Errorf("request has %d raw, %d typed, %d decoded events", len(r.RawEvents), len(r.Messages), len(r.Events))
+	}
+}
+
+// An element the typed view cannot decode stays in Events and RawEvents.
+func TestServerMessagesSkipUnknownTypes(t *testing.T) {
+	srv := analyticstest.NewServer(t)
+	transport := &http.Transport{}
+	defer transport.CloseIdleConnections()
+	body := `{"batch":[{"type":"track","event":"E","userId":"u"},{"type":"screenshot"},{"type":"page","timestamp":"yesterday"}]}`
+	req, _ := http.NewRequest(http.MethodPost, srv.URL()+"/v1/batch", strings.NewReader(body))
+	req.Header.Set("Authorization", basic("k", ""))
+	resp, err := (&http.Client{Transport: transport}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if n, m, r := len(srv.Events()), len(srv.Messages()), len(srv.RawEvents()); n != 3 || m != 1 || r != 3 {
+		t.Errorf("Events %d, Messages %d, RawEvents %d; want 3, 1, 3", n, m, r)
+	}
+}

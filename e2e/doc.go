@@ -8,6 +8,13 @@
 //     input, and checks the scenario's expectations plus the invariants
 //     INV1–INV7 (checkInvariants in harness_test.go) from the server's
 //     records and the CLI's JSON line (e2e/e2e-cli/README.md, Output).
+//   - toolarge_test.go: the 413 split (R3) against a server with a small
+//     body limit, with its own checks in place of INV3, INV4 and INV6,
+//     which halves of a batch do not meet by design.
+//   - sentat_test.go: the per-event sentAt of config.eventSentAt (R59).
+//   - oauth_test.go: OAuth through the e2e-cli's config.oauth against the
+//     fault server's token endpoint, which verifies every client assertion's
+//     signature (R50; S45b itself is in scenarios_test.go).
 //   - soak_test.go: an in-process soak of the SDK against seeded random
 //     faults (S43 at scale).
 //   - reference_test.go: runs the Node reference client (e2e/node, the

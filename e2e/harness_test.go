@@ -919,10 +919,13 @@ func checkInvariants(t testing.TB, r *result, o invOptions) {
 		}
 	}
 
-	// INV4: headers.
+	// INV4: headers. With config.oauth, a bearer token replaces Basic (R50).
 	wantAuth := "Basic " + base64.StdEncoding.EncodeToString([]byte(in.WriteKey+":"))
+	_, bearer := in.Config["oauth"]
 	for _, q := range r.reqs {
-		if got := q.Header.Get("Authorization"); got != wantAuth {
+		if got := q.Header.Get("Authorization"); bearer && !strings.HasPrefix(got, "Bearer ") {
+			t.Errorf("INV4: request #%d Authorization %q, want a Bearer token (R50)", q.Index, got)
+		} else if !bearer && got != wantAuth {
 			t.Errorf("INV4: request #%d Authorization %q, want %q", q.Index, got, wantAuth)
 		}
 		if got := q.Header.Get("Content-Type"); got != "application/json" {

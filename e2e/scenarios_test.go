@@ -1648,9 +1648,29 @@ func TestS45UnknownStatus(t *testing.T) {
 	}
 }
 
-// S45b — 511 with OAuth: later, not in the first release (R50).
+// S45b — 511 with OAuth: the token is dropped and the batch retried
+// (counted) with a fresh one (R50). Without OAuth, 511 is non-retryable
+// (TestS05NonRetryable5xx/511).
 func TestS45bOAuth511(t *testing.T) {
-	t.Skip("S45b: OAuth is not in the first release (R50, D17); until it exists 511 is non-retryable, covered by TestS05NonRetryable5xx/511")
+	t.Parallel()
+	retry(t, func(t testing.TB) {
+		r := runOAuthScenario(t, scenario{
+			in:      input{Sequences: one(track("s45b-1")), Config: cfg("flushAt", 1, "maxRetries", 3)},
+			respond: script(faultserver.Reply(511, `{"message":"network authentication required"}`), ok200),
+		}, faultserver.TokenOptions{})
+		reqs := r.batchReqs("s45b-1")
+		need(t, reqs, 2)
+		expectCount(t, reqs, 2)
+		if got := []string{reqs[0].Header.Get("Authorization"), reqs[1].Header.Get("Authorization")}; got[0] != "Bearer fs-token-1" || got[1] != "Bearer fs-token-2" {
+			t.Errorf("Authorization %q, want Bearer fs-token-1 then Bearer fs-token-2", got)
+		}
+		expectXRC(t, reqs, "", "1")
+		expectGapW(t, "gap_1", gap(reqs[0], reqs[1]), 1)
+		expectOutcome(t, r, "s45b-1", outDelivered, "", 200)
+		if toks := r.srv.TokenRequests(); len(toks) != 2 || !toks[0].Verified || !toks[1].Verified {
+			t.Errorf("want two verified token requests, got %d", len(toks))
+		}
+	})
 }
 
 // S46 — Enqueue after Close; double Close (R39).

@@ -42,7 +42,7 @@ func build(t *testing.T, dir string) string {
 func env() []string {
 	var out []string
 	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "ANALYTICS_ENDPOINT=") || strings.HasPrefix(kv, "ANALYTICS_WRITE_KEY=") {
+		if strings.HasPrefix(kv, "ANALYTICS_ENDPOINT=") || strings.HasPrefix(kv, "ANALYTICS_WRITE_KEY=") || strings.HasPrefix(kv, "ANALYTICS_OAUTH_") {
 			continue
 		}
 		out = append(out, kv)
@@ -179,5 +179,21 @@ requests: 5, counted retries: 2, rate-limited responses: 1
 	}
 	if strings.Contains(stderr, "example-write-key") {
 		t.Errorf("R51: the logs contain the write key:\n%s", stderr)
+	}
+}
+
+// TestOAuth runs examples/oauth against the fault server's token endpoint:
+// the assertion is verified, and the upload carries the token it issued.
+func TestOAuth(t *testing.T) {
+	t.Parallel()
+	bin := build(t, "oauth")
+	stdout, stderr := run(t, bin)
+	want := `ANALYTICS_WRITE_KEY is not set: using a local fault server with a token endpoint
+delivered 3, failed 0, handed back 0
+token request 1: grant_type=client_credentials, assertion signature verified: true, kid=example-key, answered 200
+upload 1: POST /v1/batch, Authorization: Bearer <token>, 3 event(s), answered 200
+`
+	if stdout != want {
+		t.Errorf("output:\n%s\nwant:\n%s\nstderr:\n%s", stdout, want, stderr)
 	}
 }

@@ -79,6 +79,10 @@ var sdkFields = map[string]string{
 	"MaxRetries":              "config.maxRetries",
 	"MaxTotalBackoffDuration": "config.maxTotalBackoffDurationMs",
 	"MaxRateLimitDuration":    "config.maxRateLimitDurationMs",
+	"OAuth.ClientID":          "config.oauth.clientId",
+	"OAuth.KeyID":             "config.oauth.keyId",
+	"OAuth.PrivateKey":        "config.oauth.privateKeyPem",
+	"OAuth.AuthServer":        "config.oauth.authServer",
 }
 
 // configError names the input field of an error returned by analytics.New.
@@ -186,6 +190,12 @@ func (p *plan) parseConfig(raw json.RawMessage) error {
 	}
 	if b, ok := f.boolean("gzip"); ok {
 		p.opts = append(p.opts, analytics.WithGzip(b))
+	}
+	if b, ok := f.boolean("eventSentAt"); ok {
+		p.opts = append(p.opts, analytics.WithEventSentAt(b))
+	}
+	if o, ok := f.oauth("oauth"); ok {
+		p.opts = append(p.opts, analytics.WithOAuth(o))
 	}
 	// The CLI's own deadlines: the SDK does not see them, so check them here.
 	if d, ok := f.nonNegative("timeout", time.Second); ok {
@@ -377,15 +387,44 @@ func (f *fields) boolean(key string) (bool, bool) {
 	return b, true
 }
 
+// oauth reads config.oauth: {"clientId", "keyId", "privateKeyPem",
+// "authServer", "scope"}, all strings. analytics.New checks the values.
+func (f *fields) oauth(key string) (analytics.OAuthConfig, bool) {
+	raw, ok := f.m[key]
+	if !ok || !present(raw) {
+		return analytics.OAuthConfig{}, false
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		f.fail(key, "must be an object")
+		return analytics.OAuthConfig{}, false
+	}
+	sub := fields{m: m, prefix: f.prefix + key + "."}
+	var c analytics.OAuthConfig
+	c.ClientID, _ = sub.str("clientId")
+	c.KeyID, _ = sub.str("keyId")
+	pemText, _ := sub.str("privateKeyPem")
+	c.PrivateKey = []byte(pemText)
+	c.AuthServer, _ = sub.str("authServer")
+	c.Scope, _ = sub.str("scope")
+	if sub.err != nil {
+		if f.err == nil {
+			f.err = sub.err
+		}
+		return analytics.OAuthConfig{}, false
+	}
+	return c, true
+}
+
 func (f *fields) str(key string) (string, bool) {
 	raw, ok := f.m[key]
 	if !ok || !present(raw) {
 		return "", false
 	}
-	var v string
-	if err := json.Unmarshal(raw, &v); err != nil {
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
 		f.fail(key, "must be a string")
 		return "", false
 	}
-	return v, true
+	return s, true
 }

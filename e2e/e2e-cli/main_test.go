@@ -35,6 +35,7 @@ type server struct {
 	script   []reply
 	requests [][]string // messageIds per request
 	headers  []http.Header
+	sentAts  [][]string // per request: the body's sentAt, then each event's
 }
 
 type reply struct {
@@ -60,19 +61,24 @@ func newServer(t *testing.T, script ...reply) *server {
 		var body struct {
 			Batch []struct {
 				MessageID string `json:"messageId"`
+				SentAt    string `json:"sentAt"`
 			} `json:"batch"`
+			SentAt string `json:"sentAt"`
 		}
 		if err := json.NewDecoder(rd).Decode(&body); err != nil {
 			t.Errorf("request body: %v", err)
 		}
 		ids := make([]string, len(body.Batch))
+		sentAts := []string{body.SentAt}
 		for i, e := range body.Batch {
 			ids[i] = e.MessageID
+			sentAts = append(sentAts, e.SentAt)
 		}
 		s.mu.Lock()
 		n := len(s.requests)
 		s.requests = append(s.requests, ids)
 		s.headers = append(s.headers, r.Header.Clone())
+		s.sentAts = append(s.sentAts, sentAts)
 		rep := reply{status: http.StatusOK}
 		if len(s.script) > 0 {
 			rep = s.script[min(n, len(s.script)-1)]
@@ -260,6 +266,33 @@ func TestDeliveredStatusAndGzip(t *testing.T) {
 	}
 }
 
+// config.eventSentAt puts the body's sentAt on every event (R59); absent
+// or false, no event has one.
+func TestEventSentAt(t *testing.T) {
+	for _, cfg := range []map[string]any{{"eventSentAt": true}, {"eventSentAt": false}, nil} {
+		srv := newServer(t)
+		res := runCLI(t, "", "--input", input(t, srv.URL, cfg, seq(track(""), track(""))))
+		if !res.out.Success || res.out.Delivered != 2 {
+			t.Fatalf("%v: want success: %s", cfg, res.line)
+		}
+		srv.mu.Lock()
+		got := srv.sentAts
+		srv.mu.Unlock()
+		if len(got) != 1 || len(got[0]) != 3 || got[0][0] == "" {
+			t.Fatalf("%v: sentAts %q, want one request with a sentAt and 2 events", cfg, got)
+		}
+		want := ""
+		if cfg["eventSentAt"] == true {
+			want = got[0][0]
+		}
+		for _, s := range got[0][1:] {
+			if s != want {
+				t.Errorf("%v: event sentAt %q, want %q", cfg, s, want)
+			}
+		}
+	}
+}
+
 // config.maxRetries is passed through when present, including 0 (R27, R48);
 // absent means the SDK default.
 func TestMaxRetriesZeroVsAbsent(t *testing.T) {
@@ -315,6 +348,7 @@ func TestInvalidConfig(t *testing.T) {
 		{"zero consumers", map[string]any{"consumers": 0}, "consumers"},
 		{"negative timeout", map[string]any{"timeout": -1}, "timeout"},
 		{"gzip not bool", map[string]any{"gzip": "yes"}, "gzip"},
+		{"eventSentAt not bool", map[string]any{"eventSentAt": 1}, "eventSentAt"},
 		{"huge closeTimeoutMs", map[string]any{"closeTimeoutMs": 1e30}, "closeTimeoutMs"},
 	}
 	for _, tc := range cases {

@@ -50,6 +50,8 @@ func kind(err error) string {
 		return "backoff-duration-exceeded"
 	case errors.Is(err, analytics.ErrRateLimitDurationExceeded):
 		return "rate-limit-duration-exceeded"
+	case errors.Is(err, analytics.ErrOAuth):
+		return "oauth"
 	case errors.As(err, &httpErr) && httpErr.Kind == analytics.KindRedirect:
 		return "redirect"
 	case errors.As(err, &httpErr):

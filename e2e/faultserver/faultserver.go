@@ -11,7 +11,8 @@
 // batch carries, or on the request path, and Options.Respond allows a
 // programmatic answer (for example seeded random faults). In gateway mode the
 // server first rejects malformed requests the way a real ingestion gateway
-// would.
+// would. With Options.Token it also serves an OAuth 2.0 token endpoint that
+// verifies private-key JWT client assertions (token.go).
 //
 // This is the harness of docs/delivery.md §6.1:
 //
@@ -154,7 +155,9 @@ func (r Rule) matches(req *Request) bool {
 }
 
 // Options configures a Server. The order of decision for a request is:
-// gateway checks (when Gateway), Respond, Rules, Script.
+// the token endpoint (when Token is set and the path is its path), the
+// bearer check (Token.RequireBearer), gateway checks (when Gateway),
+// Respond, Rules, Script.
 type Options struct {
 	// Script holds responses by request index, counted over the requests
 	// that reach the script (those not rejected by the gateway, not answered
@@ -186,6 +189,10 @@ type Options struct {
 	// server, so Respond need not be safe for concurrent use; it may call
 	// Server methods other than Close.
 	Respond func(index int, r *Request) (Response, bool)
+	// Token, when set, turns on the OAuth token endpoint (see TokenOptions
+	// and token.go). Token requests are answered before anything else and
+	// recorded apart (TokenRequests).
+	Token *TokenOptions
 }
 
 func (o Options) clone() Options {
@@ -196,6 +203,11 @@ func (o Options) clone() Options {
 	for i, r := range o.Rules {
 		r.Responses = append([]Response(nil), r.Responses...)
 		c.Rules[i] = r
+	}
+	if o.Token != nil {
+		t := *o.Token
+		t.Script = append([]Response(nil), o.Token.Script...)
+		c.Token = &t
 	}
 	return c
 }
@@ -295,6 +307,7 @@ type Server struct {
 	stopped   bool          // Close finished: state is final
 	hijacked  map[net.Conn]struct{}
 	handlers  sync.WaitGroup
+	token     tokenState // the token endpoint (token.go)
 
 	closeOnce sync.Once
 }
@@ -500,8 +513,13 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		panic(http.ErrAbortHandler) // close the connection, send nothing
 	}
 	s.handlers.Add(1)
+	opts := s.opts
 	s.mu.Unlock()
 	defer s.handlers.Done()
+	if isTokenRequest(&opts, r) {
+		s.handleToken(w, r, opts.Token)
+		return
+	}
 
 	raw, readErr := io.ReadAll(io.LimitReader(r.Body, maxReadBytes))
 	rec := &Request{
@@ -520,7 +538,7 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	rec.Index = len(s.reqs)
 	s.reqs = append(s.reqs, rec)
 	s.notifyLocked()
-	opts := s.opts
+	opts = s.opts
 	s.mu.Unlock()
 
 	if readErr != nil {
@@ -531,8 +549,15 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	s.serve(w, r, rec, resp)
 }
 
-// decide picks the response: gateway, Respond, Rules, Script.
+// decide picks the response: Token.RequireBearer, gateway, Respond, Rules,
+// Script.
 func (s *Server) decide(rec *Request, opts Options) Response {
+	if resp, ok := s.bearerCheck(rec, opts); !ok {
+		s.mu.Lock()
+		rec.Rejected = "invalid_token"
+		s.mu.Unlock()
+		return resp
+	}
 	if opts.Gateway {
 		if resp, code, ok := gatewayCheck(rec, opts); !ok {
 			s.mu.Lock()

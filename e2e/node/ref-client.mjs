@@ -2,7 +2,7 @@
 //
 // It reads the same input JSON as e2e/e2e-cli (e2e/e2e-cli/README.md, input: writeKey,
 // apiHost, sequences[].delayMs/events, config.flushAt, config.flushInterval,
-// config.maxRetries, config.timeout), sends the events with the official
+// config.maxRetries, config.timeout, config.oauth), sends the events with the official
 // @segment/analytics-node client, calls closeAndFlush, and prints one JSON
 // line on stdout:
 //
@@ -79,6 +79,16 @@ async function main() {
     flushInterval: cfg.flushInterval,
     maxRetries: cfg.maxRetries,
     httpRequestTimeout: cfg.httpTimeoutMs,
+    // config.oauth of the e2e-cli input, mapped to analytics-node's names
+    oauthSettings: cfg.oauth
+      ? {
+          clientId: cfg.oauth.clientId,
+          keyId: cfg.oauth.keyId,
+          clientKey: cfg.oauth.privateKeyPem,
+          authServer: cfg.oauth.authServer,
+          scope: cfg.oauth.scope,
+        }
+      : undefined,
   })
   let requests = 0
   analytics.on('http_request', () => {

@@ -31,28 +31,29 @@ import (
 
 // driverResult mirrors the driver's JSON line (fields the report uses).
 type driverResult struct {
-	SDK          string           `json:"sdk"`
-	N            int              `json:"n"`
-	WallS        float64          `json:"wall_s"`
-	EnqueueS     float64          `json:"enqueue_s"`
-	TrackErrors  int64            `json:"track_errors"`
-	CloseError   string           `json:"close_error"`
-	CloseTimeout bool             `json:"close_timeout"`
-	CPUUSPerEv   float64          `json:"cpu_us_per_event"`
-	MallocsPerEv float64          `json:"mallocs_per_event"`
-	BytesPerEv   float64          `json:"bytes_per_event"`
-	PeakRSSKB    int64            `json:"peak_rss_kb"`
-	Delivered    int64            `json:"delivered"`
-	EventsPerS   float64          `json:"events_per_s"`
-	Ours         json.RawMessage  `json:"ours_stats"`
-	CBSuccess    int64            `json:"cb_success"`
-	CBFailure    int64            `json:"cb_failure"`
-	RateAchieved float64          `json:"rate_achieved"`
-	Rejected     map[string]int64 `json:"rejected"`
-	CloseS       float64          `json:"close_s"`
-	PeakHeapB    uint64           `json:"peak_heap_b"`
-	PeakRSSB     uint64           `json:"peak_rss_b"`
-	Outcomes     *outcomes        `json:"outcomes"`
+	SDK              string           `json:"sdk"`
+	N                int              `json:"n"`
+	WallS            float64          `json:"wall_s"`
+	EnqueueS         float64          `json:"enqueue_s"`
+	SteadyEventsPerS float64          `json:"steady_events_per_s"`
+	TrackErrors      int64            `json:"track_errors"`
+	CloseError       string           `json:"close_error"`
+	CloseTimeout     bool             `json:"close_timeout"`
+	CPUUSPerEv       float64          `json:"cpu_us_per_event"`
+	MallocsPerEv     float64          `json:"mallocs_per_event"`
+	BytesPerEv       float64          `json:"bytes_per_event"`
+	PeakRSSKB        int64            `json:"peak_rss_kb"`
+	Delivered        int64            `json:"delivered"`
+	EventsPerS       float64          `json:"events_per_s"`
+	Ours             json.RawMessage  `json:"ours_stats"`
+	CBSuccess        int64            `json:"cb_success"`
+	CBFailure        int64            `json:"cb_failure"`
+	RateAchieved     float64          `json:"rate_achieved"`
+	Rejected         map[string]int64 `json:"rejected"`
+	CloseS           float64          `json:"close_s"`
+	PeakHeapB        uint64           `json:"peak_heap_b"`
+	PeakRSSB         uint64           `json:"peak_rss_b"`
+	Outcomes         *outcomes        `json:"outcomes"`
 }
 
 // outcomes mirrors the driver's Outcomes.

@@ -50,7 +50,7 @@ func scenarioFlags(o *scenarioOptions) {
 	flag.DurationVar(&o.closeTimeout, "close-timeout", 10*time.Second, "paced and outage scenarios: deadline of Close")
 	flag.IntVar(&o.flatN, "flat-n", 200000, "flat scenario: events per run")
 	flag.IntVar(&o.flatRuns, "flat-runs", 3, "flat scenario: runs per (SDK, fault); the table shows medians")
-	listFlag(&o.flatSDKs, "flat-sdks", "ours-block,segment,posthog", "flat scenario: SDKs")
+	listFlag(&o.flatSDKs, "flat-sdks", "ours-block,ours-block:50000,segment,posthog", "flat scenario: SDKs")
 	flag.StringVar(&o.flatFault, "flat-fault", "500", "flat scenario: fault mode compared with the clean run")
 	flag.DurationVar(&o.outage, "outage", 30*time.Second, "outage scenario: how long the sink fails everything")
 	flag.DurationVar(&o.outageAfter, "outage-after", 2*time.Second, "outage scenario: healthy time before the outage (from the first request)")
@@ -211,9 +211,13 @@ func writeScenarios(w io.Writer, o *options, recs []*record) {
 		fmt.Fprintf(w, "\n### Flat out: %d events, clean vs %s at 20 %%, medians of %d runs\n\n", sc.flatN, sc.flatFault, sc.flatRuns)
 		fmt.Fprintf(w, "ours-block = EnqueueContext (waits for room); the peers' Enqueue blocks on a 100-slot channel; "+
 			"the peers drain before Close (as in the classic table).\n\n")
-		fmt.Fprintf(w, "| SDK | clean ev/s | %s ev/s | ratio | clean wall s | %s wall s | %s lost | %s rejected |\n",
-			sc.flatFault, sc.flatFault, sc.flatFault, sc.flatFault)
-		fmt.Fprintf(w, "|%s\n", strings.Repeat("---|", 8))
+		fmt.Fprintf(w, "ev/s = events at the sink / wall (New → Close returned); while producing = events at the sink "+
+			"when the last call returned / time to that moment (no drain, so no retry tail); "+
+			"Close s = the drain of the %s run.\n\n", sc.flatFault)
+		fmt.Fprintf(w, "| SDK | clean ev/s | %s ev/s | ratio | clean ev/s while producing | %s ev/s while producing | ratio | "+
+			"clean wall s | %s wall s | %s Close s | %s lost | %s rejected |\n",
+			sc.flatFault, sc.flatFault, sc.flatFault, sc.flatFault, sc.flatFault, sc.flatFault)
+		fmt.Fprintf(w, "|%s\n", strings.Repeat("---|", 12))
 		for _, sdk := range sc.flatSDKs {
 			med := func(fault string, get func(*record) float64) (float64, bool) {
 				var xs []float64
@@ -239,8 +243,16 @@ func writeScenarios(w io.Writer, o *options, recs []*record) {
 			badWall, _ := med(sc.flatFault, wall)
 			lost, _ := med(sc.flatFault, func(r *record) float64 { return float64(r.lost() - r.d.TrackErrors) })
 			rej, _ := med(sc.flatFault, func(r *record) float64 { return float64(r.d.TrackErrors) })
-			fmt.Fprintf(w, "| %s | %.0f | %.0f | %.2f× | %.2f | %.2f | %.0f | %.0f |\n", sdk, cleanRate,
-				badRate, ratio, cleanWall, badWall, lost, rej)
+			steady := func(r *record) float64 { return r.d.SteadyEventsPerS }
+			cleanSteady, _ := med(sink.FaultNone, steady)
+			badSteady, _ := med(sc.flatFault, steady)
+			steadyRatio := math.NaN()
+			if cleanSteady > 0 {
+				steadyRatio = badSteady / cleanSteady
+			}
+			badClose, _ := med(sc.flatFault, func(r *record) float64 { return r.d.CloseS })
+			fmt.Fprintf(w, "| %s | %.0f | %.0f | %.2f× | %.0f | %.0f | %.2f× | %.2f | %.2f | %.2f | %.0f | %.0f |\n", sdk, cleanRate,
+				badRate, ratio, cleanSteady, badSteady, steadyRatio, cleanWall, badWall, badClose, lost, rej)
 		}
 	}
 

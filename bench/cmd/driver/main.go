@@ -76,6 +76,10 @@ type Result struct {
 	EventsPerS  float64 `json:"events_per_s"` // Delivered / WallS
 	SinkEvents  int64   `json:"sink_events"`  // sink: events received incl. repeats
 	SinkStatErr string  `json:"sink_stat_err,omitempty"`
+	// Sink distinct events when the last track call returned, and that
+	// count over EnqueueS: delivery while producing, before the drain.
+	DeliveredAtEnqueueEnd int64   `json:"delivered_at_enqueue_end"`
+	SteadyEventsPerS      float64 `json:"steady_events_per_s"`
 
 	// SDK-side accounting.
 	Ours      *ours.Stats `json:"ours_stats,omitempty"`
@@ -247,6 +251,16 @@ type client struct {
 }
 
 func newClient(ctx context.Context, sdk, endpoint string, drain bool, lg *ledger) (*client, error) {
+	capacityOpt := []ours.Option{}
+	if base, capText, ok := strings.Cut(sdk, ":"); ok && strings.HasPrefix(base, "ours") {
+		// "ours-block:50000": the same client with QueueCapacity 50 000.
+		n, err := strconv.Atoi(capText)
+		if err != nil {
+			return nil, fmt.Errorf("-sdk %q: queue capacity: %w", sdk, err)
+		}
+		sdk = base
+		capacityOpt = append(capacityOpt, ours.WithQueueCapacity(n))
+	}
 	switch sdk {
 	case "ours", "ours-block", "ours-durable":
 		// Defaults except the endpoint (FlushAt 250, 8 consumers, queue
@@ -257,7 +271,7 @@ func newClient(ctx context.Context, sdk, endpoint string, drain bool, lg *ledger
 		// EnqueueContext, which waits for queue room (until the -timeout
 		// deadline) like segment's and posthog's Enqueue do implicitly (they
 		// block on a 100-slot channel).
-		opts := []ours.Option{ours.WithEndpoint(endpoint)}
+		opts := append([]ours.Option{ours.WithEndpoint(endpoint)}, capacityOpt...)
 		// "ours-durable" adds the disk buffer (default fsync policy: every
 		// second) in a fresh temporary directory, removed after the run;
 		// its size is sampled while the run goes on.
@@ -512,6 +526,16 @@ func main() {
 		}
 	}
 	tEnq := time.Now()
+	if *statsURL != "-" {
+		// What the sink holds when the producer stops: the delivery rate
+		// while producing, without the drain that follows (the retry tail).
+		if st, err := fetchStats(*statsURL); err == nil {
+			res.DeliveredAtEnqueueEnd = st.DistinctSeq
+			if d := tEnq.Sub(t0).Seconds(); d > 0 {
+				res.SteadyEventsPerS = float64(st.DistinctSeq) / d
+			}
+		}
+	}
 	if queueFull > 0 {
 		res.Rejected[reason(ours.ErrQueueFull)] += queueFull
 	}

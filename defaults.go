@@ -1,0 +1,109 @@
+package analytics
+
+import "fmt"
+
+// defaults are the maps of WithDefaultContext and WithDefaultProperties,
+// copied when New applies the options and read-only afterwards, so every
+// consumer and enqueue call may read them without a lock.
+type defaults struct {
+	context    map[string]any
+	properties map[string]any
+}
+
+// WithDefaultContext sets context entries that every event carries (for
+// example "app", "os" or "device"), merged into the event's Context when it
+// is enqueued. The merge is by top-level key: a key the event's own Context
+// has wins, whatever its value (nil included), and nested maps are not
+// merged. A "library" entry here replaces the one the client adds. Default:
+// none.
+//
+// The top level of ctx is copied when New runs; nested maps and slices are
+// shared and must not be changed afterwards. The values must be encodable
+// as JSON: New returns a *ConfigError (field "DefaultContext") otherwise.
+// Callbacks receive the merged Context, as it was sent. A nil or empty map
+// removes the defaults, and enqueue calls stay as cheap as without the
+// option; with it, each enqueue call encodes the extra entries (no
+// allocation unless callbacks are registered).
+func WithDefaultContext(ctx map[string]any) Option {
+	return optionFunc(func(s *settings) {
+		if err := checkDefaults(ctx); err != nil {
+			s.errs = append(s.errs, invalid("DefaultContext", fmt.Sprintf("%d keys", len(ctx)), err.Error()))
+		}
+		s.defaultContext = cloneMap(ctx)
+	})
+}
+
+// WithDefaultProperties sets properties that every Track, Page and Screen
+// event carries, merged into the event's Properties as WithDefaultContext
+// merges the context: by top-level key, the event's own keys winning,
+// nested maps not merged. Identify and Group traits and Alias events are
+// not changed. Copying, encoding errors (field "DefaultProperties"),
+// callbacks and cost are as for WithDefaultContext. Default: none.
+func WithDefaultProperties(props map[string]any) Option {
+	return optionFunc(func(s *settings) {
+		if err := checkDefaults(props); err != nil {
+			s.errs = append(s.errs, invalid("DefaultProperties", fmt.Sprintf("%d keys", len(props)), err.Error()))
+		}
+		s.defaultProperties = cloneMap(props)
+	})
+}
+
+// checkDefaults encodes m once, so that a value that is not JSON fails New
+// instead of every enqueue call.
+func checkDefaults(m map[string]any) error {
+	var e encoder
+	e.object(m, nil, 0, "")
+	if e.err != nil {
+		return fmt.Errorf("cannot be encoded as JSON: %w", e.err)
+	}
+	return nil
+}
+
+// newDefaults returns the client's defaults, or nil when there are none, so
+// that enqueue calls without the options do no extra work.
+func newDefaults(ctx, props map[string]any) *defaults {
+	if len(ctx) == 0 && len(props) == 0 {
+		return nil
+	}
+	d := &defaults{}
+	if len(ctx) > 0 {
+		d.context = ctx
+	}
+	if len(props) > 0 {
+		d.properties = props
+	}
+	return d
+}
+
+// mergeContext returns the Context callbacks get: a copy of own with the
+// default entries it lacks (nil when both are empty).
+func (d *defaults) mergeContext(own map[string]any) map[string]any {
+	if d == nil {
+		return cloneMap(own)
+	}
+	return mergeMaps(own, d.context)
+}
+
+// mergeProperties is mergeContext for Properties.
+func (d *defaults) mergeProperties(own map[string]any) map[string]any {
+	if d == nil {
+		return cloneMap(own)
+	}
+	return mergeMaps(own, d.properties)
+}
+
+// mergeMaps copies own's top level and adds under's entries whose keys own
+// lacks. It returns nil when own is nil and under is empty.
+func mergeMaps(own, under map[string]any) map[string]any {
+	if len(under) == 0 {
+		return cloneMap(own)
+	}
+	out := make(map[string]any, len(own)+len(under))
+	for k, v := range under {
+		out[k] = v
+	}
+	for k, v := range own {
+		out[k] = v
+	}
+	return out
+}

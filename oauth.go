@@ -1,0 +1,629 @@
+package analytics
+
+import (
+	"container/heap"
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/golang-jwt/jwt/v5"
+	"go.uber.org/zap"
+)
+
+// OAuth 2.0 for the tracking API (R50). With WithOAuth, uploads carry
+// "Authorization: Bearer <token>" instead of the write key's Basic
+// credentials. Tokens come from the client-credentials grant of the auth
+// server, authenticated with a private-key JWT assertion (RS256). One
+// goroutine per client (tokenSource.run) fetches the first token at New and
+// refreshes it at half its lifetime; consumers only read the cached token.
+// A batch for which no token is available yet waits in the waiting room,
+// holding no consumer, until the token source has a token (or fails for
+// good, and then the batch fails with an *OAuthError).
+
+const (
+	// DefaultAuthServer is the auth server of OAuthConfig when AuthServer is
+	// empty: Segment's.
+	DefaultAuthServer = "https://oauth2.segment.io"
+	// DefaultOAuthScope is the scope requested when OAuthConfig.Scope is
+	// empty.
+	DefaultOAuthScope = "tracking_api:write"
+
+	// assertionType is the client_assertion_type of a private-key JWT
+	// (RFC 7523).
+	assertionType = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
+	// assertionBackdate and assertionLifetime place the assertion's iat a
+	// little in the past and its exp shortly after, so small clock
+	// differences do not reject it and a leaked assertion is soon useless.
+	assertionBackdate = 5 * time.Second
+	assertionLifetime = 60 * time.Second
+	// defaultTokenLifetime is assumed when a token response has no usable
+	// expires_in.
+	defaultTokenLifetime = 2 * time.Minute
+	// maxTokenLifetime bounds a server's expires_in.
+	maxTokenLifetime = 24 * time.Hour
+	// maxTokenBody bounds how much of a token response is read.
+	maxTokenBody = 64 << 10
+)
+
+// OAuthConfig configures OAuth 2.0 for the tracking API; see WithOAuth.
+// Its String and GoString methods never print PrivateKey.
+type OAuthConfig struct {
+	// ClientID is the OAuth application's client id; it is the iss and sub
+	// of the client assertion. Required.
+	ClientID string
+	// KeyID is the id of the public key registered with the auth server;
+	// it is the kid header of the client assertion. Required.
+	KeyID string
+	// PrivateKey is the RSA private key in PEM form (PKCS #1 "RSA PRIVATE
+	// KEY" or PKCS #8 "PRIVATE KEY"), used to sign the client assertion
+	// with RS256. Required. It is never logged nor put in an error.
+	PrivateKey []byte
+	// AuthServer is the base URL of the auth server (default
+	// DefaultAuthServer). Tokens are requested from AuthServer + "/token";
+	// one trailing slash is dropped. It is also the aud of the assertion.
+	AuthServer string
+	// Scope is the scope requested (default DefaultOAuthScope).
+	Scope string
+	// HTTPClient sends the token requests (default: the client used for
+	// uploads, see WithHTTPClient). Each token request is bounded by
+	// HTTPTimeout.
+	HTTPClient *http.Client
+}
+
+// String describes c without the private key.
+func (c OAuthConfig) String() string {
+	return fmt.Sprintf("OAuthConfig{ClientID:%q KeyID:%q PrivateKey:[%d bytes, redacted] AuthServer:%q Scope:%q}",
+		c.ClientID, c.KeyID, len(c.PrivateKey), c.AuthServer, c.Scope)
+}
+
+// GoString is String, so %#v does not print the private key either.
+func (c OAuthConfig) GoString() string { return c.String() }
+
+// WithOAuth makes every upload carry an OAuth 2.0 access token
+// ("Authorization: Bearer <token>") instead of the write key's Basic
+// credentials (R50). The write key still goes in the body. Default: off.
+//
+// New validates c: an empty ClientID or KeyID, a PrivateKey that is not an
+// RSA private key in PEM form, or an AuthServer that is not an absolute
+// http or https URL make New return a *ConfigError whose Field names the
+// setting ("OAuth.ClientID", "OAuth.KeyID", "OAuth.PrivateKey",
+// "OAuth.AuthServer"). New starts one goroutine that fetches a token at
+// once and refreshes it when half its lifetime has passed; Close stops it.
+//
+// Batches wait, holding no consumer, while no token is available. A token
+// request that fails transiently (a 5xx, a 429, which is waited out as its
+// Retry-After or X-RateLimit-Reset header says, or a transport error) is
+// retried with backoff meanwhile; Close interrupts that wait like any other
+// and hands the batches back. A token request that fails for good (400,
+// 401, 403 or 415 from the auth server, such as invalid_client) fails the
+// waiting batches through OnError with an *OAuthError (matching ErrOAuth)
+// that says what to check; the token source tries again a minute later.
+// A 400, 401, 403 or 511 from the tracking API drops the token; a 511 is
+// then retried as a counted retry with a fresh token, the others fail as
+// usual. Neither the private key nor a token is ever logged or put in an
+// error.
+func WithOAuth(c OAuthConfig) Option {
+	return optionFunc(func(s *settings) {
+		o, err := newOAuthSettings(c)
+		if err != nil {
+			s.errs = append(s.errs, err)
+			return
+		}
+		s.oauth = o
+	})
+}
+
+// ErrOAuth matches every *OAuthError: no access token could be had.
+var ErrOAuth = errors.New("analytics: oauth token unavailable")
+
+// OAuthError is a failed token request (R50). A permanent one is what
+// OnError receives for batches that could not get a token; transient ones
+// are retried and logged as warnings. It matches ErrOAuth
+// with errors.Is. It never contains the private key, the assertion or a
+// token.
+type OAuthError struct {
+	// StatusCode is the auth server's status; 0 when no response came.
+	StatusCode int
+	// Code is the OAuth "error" of the response (e.g. "invalid_client").
+	Code string
+	// Description is a bounded excerpt of the response's
+	// "error_description" (or of its text).
+	Description string
+	// Permanent reports a failure that retrying will not heal (a 400, 401,
+	// 403 or 415, a key that cannot sign, an unusable AuthServer URL):
+	// batches fail with it rather than wait.
+	Permanent bool
+	// Err is the transport or signing error, if any.
+	Err error
+}
+
+// Error says what failed and what to check.
+func (e *OAuthError) Error() string {
+	var b strings.Builder
+	b.WriteString("analytics: oauth token request failed")
+	if e.StatusCode != 0 {
+		fmt.Fprintf(&b, ": status %d", e.StatusCode)
+	}
+	if e.Code != "" {
+		b.WriteString(" " + e.Code)
+	}
+	if e.Description != "" {
+		b.WriteString(": " + e.Description)
+	}
+	if e.Err != nil {
+		b.WriteString(": " + e.Err.Error())
+	}
+	if hint := e.hint(); hint != "" {
+		b.WriteString(" (" + hint + ")")
+	}
+	return b.String()
+}
+
+func (e *OAuthError) hint() string {
+	switch {
+	case e.Code == "invalid_client" || e.StatusCode == http.StatusUnauthorized:
+		return "the auth server rejected the client: check ClientID and KeyID, and that the public key registered for KeyID matches PrivateKey"
+	case e.Code == "invalid_scope":
+		return "check Scope"
+	case e.StatusCode == http.StatusForbidden:
+		return "the client is not allowed this scope or workspace"
+	case e.Permanent && e.StatusCode == 0:
+		return "check AuthServer and PrivateKey"
+	case e.Permanent:
+		return "check the OAuth configuration"
+	}
+	return ""
+}
+
+// Is reports ErrOAuth.
+func (e *OAuthError) Is(target error) bool { return target == ErrOAuth }
+
+// Unwrap returns Err.
+func (e *OAuthError) Unwrap() error { return e.Err }
+
+// oauthSettings is a validated OAuthConfig.
+type oauthSettings struct {
+	clientID, keyID, scope string
+	audience, tokenURL     string
+	key                    *rsa.PrivateKey
+	httpClient             *http.Client // nil: the upload client
+}
+
+func newOAuthSettings(c OAuthConfig) (*oauthSettings, error) {
+	if strings.TrimSpace(c.ClientID) == "" {
+		return nil, invalid("OAuth.ClientID", `""`, "must not be empty")
+	}
+	if strings.TrimSpace(c.KeyID) == "" {
+		return nil, invalid("OAuth.KeyID", `""`, "must not be empty")
+	}
+	redacted := fmt.Sprintf("%d bytes", len(c.PrivateKey))
+	key, err := jwt.ParseRSAPrivateKeyFromPEM(c.PrivateKey)
+	if err != nil {
+		return nil, invalid("OAuth.PrivateKey", redacted, "must be an RSA private key in PEM form (PKCS #1 or PKCS #8): "+err.Error())
+	}
+	if _, err := jwt.SigningMethodRS256.Sign("probe", key); err != nil {
+		return nil, invalid("OAuth.PrivateKey", redacted, "cannot sign with RS256: "+err.Error())
+	}
+	server := c.AuthServer
+	if server == "" {
+		server = DefaultAuthServer
+	}
+	server = strings.TrimSuffix(server, "/")
+	if u, err := url.Parse(server); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, invalid("OAuth.AuthServer", server, "must be an absolute http or https URL")
+	}
+	scope := c.Scope
+	if scope == "" {
+		scope = DefaultOAuthScope
+	}
+	return &oauthSettings{
+		clientID: c.ClientID, keyID: c.KeyID, scope: scope,
+		audience: server, tokenURL: server + "/token",
+		key: key, httpClient: c.HTTPClient,
+	}, nil
+}
+
+// tokenSource keeps the client's one access token (R50). Its goroutine
+// (run) is the only one that requests tokens; consumers read the cached
+// header and report tokens the tracking API refused. Safe for concurrent
+// use.
+type tokenSource struct {
+	o       *oauthSettings
+	client  *http.Client
+	timeout time.Duration // per token request (HTTPTimeout)
+	policy  BackoffPolicy
+	log     *zap.Logger
+	room    *waitingRoom // woken when waiting batches may go on
+
+	mu      sync.Mutex
+	header  string        // "Bearer <token>"; "" when there is none
+	expires time.Time     // monotonic: the token is not used from then on
+	next    time.Time     // monotonic: when run requests the next token
+	failure *OAuthError   // the last request failed: why (nil after a success)
+	skew    time.Duration // local clock minus the auth server's (its Date header)
+
+	bo      *backoff.ExponentialBackOff // run only: delays between failed requests
+	wake    chan struct{}               // cap 1: next may have moved earlier
+	cancel  context.CancelFunc
+	stopped chan struct{}
+}
+
+func newTokenSource(o *oauthSettings, upload *http.Client, s *settings, room *waitingRoom) *tokenSource {
+	client := o.httpClient
+	if client == nil {
+		client = upload
+	}
+	return &tokenSource{
+		o: o, client: client, timeout: s.HTTPTimeout, policy: s.Backoff, log: s.logger, room: room,
+		wake: make(chan struct{}, 1), stopped: make(chan struct{}),
+	}
+}
+
+// start runs the token goroutine until parent ends or stop is called.
+func (t *tokenSource) start(parent context.Context) {
+	ctx, cancel := context.WithCancel(parent)
+	t.cancel = cancel
+	go t.run(ctx)
+}
+
+// stop ends the token goroutine, cancelling a request in flight, and waits
+// for it. A nil source is a no-op.
+func (t *tokenSource) stop() {
+	if t == nil {
+		return
+	}
+	t.cancel()
+	<-t.stopped
+}
+
+// token returns the header for the next attempt. Without one it returns
+// "" and when to look again (a safety net: waiting batches are woken as
+// soon as a token arrives), or the failure that keeps a token away; a
+// permanent failure means the batch must fail with it.
+func (t *tokenSource) token(now time.Time) (header string, due time.Time, failure *OAuthError) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.header != "" && now.Before(t.expires) {
+		return t.header, time.Time{}, nil
+	}
+	if t.failure == nil && t.next.After(now) {
+		t.next = now // an expired token with no refresh planned: fetch now
+		signal(t.wake)
+	}
+	return "", later(t.next, now).Add(t.timeout), t.failure
+}
+
+// invalidate drops header if it is still the cached token: the tracking
+// API refused it (R50). A new token is requested at once, unless the last
+// request failed and its retry is already planned. Consumers that report
+// the same token cause one request, not one each.
+func (t *tokenSource) invalidate(header string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if header == "" || header != t.header {
+		return
+	}
+	t.header = ""
+	if t.failure == nil {
+		t.next = time.Now()
+		signal(t.wake)
+	}
+	t.log.Debug("oauth token refused by the tracking API; requesting a new one")
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// run requests a token whenever next has come, until ctx ends.
+func (t *tokenSource) run(ctx context.Context) {
+	defer close(t.stopped)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		t.mu.Lock()
+		wait := time.Until(t.next)
+		t.mu.Unlock()
+		if wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.wake:
+			case <-timer.C:
+			}
+			continue
+		}
+		t.fetch(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// fetch makes one token request and records its result.
+func (t *tokenSource) fetch(ctx context.Context) {
+	header, lifetime, retryIn, ferr := t.request(ctx)
+	if ctx.Err() != nil {
+		return // Close: nothing to record
+	}
+	now := time.Now()
+	t.mu.Lock()
+	switch {
+	case ferr == nil:
+		t.header, t.failure, t.bo = header, nil, nil
+		t.expires = now.Add(lifetime - lifetime/10)
+		t.next = now.Add(lifetime / 2)
+	case ferr.Permanent:
+		t.failure, t.bo = ferr, nil
+		t.next = now.Add(t.policy.MaxInterval) // a fixed configuration is picked up later
+	default:
+		t.failure = ferr
+		if retryIn <= 0 {
+			if t.bo == nil {
+				t.bo = newBackoff(t.policy)
+			}
+			retryIn = t.bo.NextBackOff()
+		}
+		t.next = now.Add(retryIn)
+	}
+	t.mu.Unlock()
+	switch {
+	case ferr == nil:
+		t.log.Debug("oauth token obtained", zap.Duration("lifetime", lifetime))
+		t.room.tokenChanged(now)
+	case ferr.Permanent:
+		t.log.Error("oauth token request failed; batches waiting for a token fail", zap.Error(ferr))
+		t.room.tokenChanged(now)
+	default:
+		t.log.Warn("oauth token request failed; retrying", zap.Error(ferr), zap.Duration("retryIn", retryIn))
+	}
+}
+
+// request makes one token request (client-credentials grant with a
+// private-key JWT assertion). On success it returns the Authorization
+// header and the token's lifetime; on a failure, the error and, for a rate
+// limit, how long the server asked to wait (0: use backoff).
+func (t *tokenSource) request(ctx context.Context) (header string, lifetime, retryIn time.Duration, _ *OAuthError) {
+	t.mu.Lock()
+	skew := t.skew
+	t.mu.Unlock()
+	assertion, err := t.assertion(time.Now().Add(-skew))
+	if err != nil {
+		return "", 0, 0, &OAuthError{Permanent: true, Err: errors.New("cannot sign the client assertion with PrivateKey")}
+	}
+	form := url.Values{
+		"grant_type":            {"client_credentials"},
+		"client_assertion_type": {assertionType},
+		"client_assertion":      {assertion},
+		"scope":                 {t.o.scope},
+	}
+	rctx, cancel := context.WithTimeout(ctx, t.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, t.o.tokenURL, strings.NewReader(form.Encode()))
+	if err != nil {
+		return "", 0, 0, &OAuthError{Permanent: true, Err: err}
+	}
+	req.Header = http.Header{
+		"Content-Type": {"application/x-www-form-urlencoded"},
+		"Accept":       {"application/json"},
+		"User-Agent":   {LibraryName + "/" + Version},
+	}
+	resp, err := t.client.Do(req)
+	if err != nil {
+		return "", 0, 0, &OAuthError{Permanent: !classifyTransportError(err), Err: err}
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxTokenBody))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
+	now := time.Now()
+	if d, err := http.ParseTime(resp.Header.Get("Date")); err == nil {
+		t.mu.Lock()
+		t.skew = now.Sub(d).Truncate(time.Second)
+		t.mu.Unlock()
+	}
+
+	var body struct {
+		AccessToken string          `json:"access_token"`
+		ExpiresIn   json.RawMessage `json:"expires_in"`
+		Error       string          `json:"error"`
+		Description string          `json:"error_description"`
+	}
+	parsed := json.Unmarshal(raw, &body) == nil
+	fail := &OAuthError{StatusCode: resp.StatusCode}
+	if parsed {
+		fail.Code = clip(body.Error)
+		fail.Description = clip(strings.ReplaceAll(body.Description, assertion, "[assertion]"))
+	} else if resp.StatusCode >= 300 {
+		fail.Description = clip(strings.ReplaceAll(strings.TrimSpace(string(raw)), assertion, "[assertion]"))
+	}
+	switch s := resp.StatusCode; {
+	case s >= 200 && s <= 299:
+		if !parsed || body.AccessToken == "" {
+			fail.Description = "the response has no access_token"
+			return "", 0, 0, fail
+		}
+		if strings.ContainsFunc(body.AccessToken, func(r rune) bool { return r <= ' ' || r > '~' }) {
+			fail.Description = "the access_token is not a valid header value"
+			return "", 0, 0, fail
+		}
+		return "Bearer " + body.AccessToken, tokenLifetime(body.ExpiresIn), 0, nil
+	case s == http.StatusTooManyRequests:
+		return "", 0, rateLimitWait(resp.Header, now), fail
+	case s == http.StatusBadRequest && body.Error == "invalid_request" && clockProblem(body.Description):
+		return "", 0, 0, fail // the skew was just measured: try again
+	case s == http.StatusBadRequest, s == http.StatusUnauthorized, s == http.StatusForbidden, s == http.StatusUnsupportedMediaType:
+		fail.Permanent = true
+		return "", 0, 0, fail
+	}
+	return "", 0, 0, fail
+}
+
+// assertion signs a fresh client assertion (RFC 7523) at now, which is
+// the local clock corrected by the measured skew.
+func (t *tokenSource) assertion(now time.Time) (string, error) {
+	tok := jwt.NewWithClaims(jwt.SigningMethodRS256, jwt.MapClaims{
+		"iss": t.o.clientID,
+		"sub": t.o.clientID,
+		"aud": t.o.audience,
+		"iat": now.Add(-assertionBackdate).Unix(),
+		"exp": now.Add(assertionLifetime - assertionBackdate).Unix(),
+		"jti": newJTI(),
+	})
+	tok.Header["kid"] = t.o.keyID
+	return tok.SignedString(t.o.key)
+}
+
+// newJTI returns a random UUID (version 4), unique per assertion.
+func newJTI() string {
+	var u [16]byte
+	_, _ = rand.Read(u[:]) // never fails (crypto/rand)
+	u[6] = u[6]&0x0f | 0x40
+	u[8] = u[8]&0x3f | 0x80
+	var s [36]byte
+	hex.Encode(s[0:8], u[0:4])
+	s[8] = '-'
+	hex.Encode(s[9:13], u[4:6])
+	s[13] = '-'
+	hex.Encode(s[14:18], u[6:8])
+	s[18] = '-'
+	hex.Encode(s[19:23], u[8:10])
+	s[23] = '-'
+	hex.Encode(s[24:], u[10:])
+	return string(s[:])
+}
+
+// tokenLifetime reads expires_in (seconds, a JSON number or string).
+func tokenLifetime(raw json.RawMessage) time.Duration {
+	v := strings.Trim(string(raw), `"`)
+	secs, err := strconv.ParseFloat(v, 64)
+	if err != nil || secs <= 0 {
+		return defaultTokenLifetime
+	}
+	if secs >= maxTokenLifetime.Seconds() {
+		return maxTokenLifetime
+	}
+	return time.Duration(secs * float64(time.Second))
+}
+
+// rateLimitWait is how long a 429 from the auth server asks to wait:
+// Retry-After (R20, R21, capped as R24), else X-RateLimit-Reset (seconds
+// to wait, or a Unix time in seconds), else 0 (backoff).
+func rateLimitWait(h http.Header, now time.Time) time.Duration {
+	if d, kind := parseRetryAfter(h.Get("Retry-After"), now); kind == retryAfterUsable {
+		return d
+	}
+	v := strings.TrimSpace(h.Get("X-RateLimit-Reset"))
+	if !isDigits(v) {
+		return 0
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return MaxRetryAfter
+	}
+	if n > 1_000_000_000 { // a Unix time
+		n -= now.Unix()
+	}
+	if n <= 0 {
+		return 0
+	}
+	d, _ := secondsToDelay(strconv.FormatInt(n, 10))
+	return d
+}
+
+// clockProblem reports an error_description saying the assertion's times
+// were off, which a corrected clock skew heals.
+func clockProblem(desc string) bool {
+	d := strings.ToLower(desc)
+	return strings.Contains(d, "expired") || strings.Contains(d, "before issued") || strings.Contains(d, "not yet valid")
+}
+
+// tokenChanged makes every batch that waits for a token due at once: a
+// token arrived, or the token source failed for good and they must fail.
+func (r *waitingRoom) tokenChanged(now time.Time) {
+	r.mu.Lock()
+	n := 0
+	for i := range r.waiting {
+		if r.waiting[i].b.awaitToken {
+			r.waiting[i].due = now
+			n++
+		}
+	}
+	if n > 0 {
+		heap.Init(&r.waiting)
+	}
+	r.mu.Unlock()
+	if n > 0 {
+		signal(r.ready)
+	}
+}
+
+// authorize sets the Authorization header of b's next attempt to the
+// current bearer token (R50) and reports true. Without a token it puts b
+// in the waiting room until one arrives and reports false; when the token
+// source failed for good, b fails with that *OAuthError. Without OAuth it
+// does nothing.
+func (w *consumer) authorize(b *batch) bool {
+	if w.auth == nil {
+		return true
+	}
+	now := time.Now()
+	header, due, failure := w.auth.token(now)
+	if header != "" {
+		b.awaitToken = false
+		w.sender.auth = header
+		return true
+	}
+	if failure != nil && failure.Permanent {
+		b.awaitToken = false
+		w.settle.failed(b, failure)
+		return false
+	}
+	b.awaitToken = true
+	if !w.room.wait(b, due) {
+		w.settle.handBack(b, nil)
+		return false
+	}
+	// The token may have arrived between the look above and the wait, its
+	// wake-up finding no batch: look again, so b does not sleep until due.
+	if header, _, failure := w.auth.token(time.Now()); header != "" || (failure != nil && failure.Permanent) {
+		w.room.tokenChanged(time.Now())
+	}
+	return false
+}
+
+// reviewAuth applies R50 to a response of the tracking API: a 400, 401,
+// 403 or 511 drops the token that attempt used, and a 511 becomes a
+// counted retry (it will carry a fresh token). Without OAuth, v is
+// returned unchanged and 511 stays non-retryable (R13).
+func (w *consumer) reviewAuth(status int, v verdict) verdict {
+	if w.auth == nil {
+		return v
+	}
+	switch status {
+	case http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusNetworkAuthenticationRequired:
+		w.auth.invalidate(w.sender.auth)
+	}
+	if status == http.StatusNetworkAuthenticationRequired {
+		v.outcome, v.kind = outcomeRetry, KindRetryable
+		if he, ok := v.err.(*HTTPError); ok {
+			he.Kind = KindRetryable
+		}
+	}
+	return v
+}

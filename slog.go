@@ -1,0 +1,100 @@
+package analytics
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+// WithSlog sends the client's logs to l, a log/slog logger, instead of a
+// zap logger (default: silent). Levels map one to one (zap's Debug, Info,
+// Warn and Error to slog's; the levels above Error, which the client does
+// not use, to Error); fields become attributes, an error as the "error"
+// attribute with its text. l's handler decides what is kept (its
+// Enabled method is asked first) and is called on the client's
+// goroutines, so it must be safe for concurrent use, as slog handlers are.
+// The client never logs the write key or event payloads. WithSlog and
+// WithLogger replace each other: the later option wins. A nil logger fails
+// New with a *ConfigError.
+func WithSlog(l *slog.Logger) Option {
+	return optionFunc(func(s *settings) {
+		if l == nil {
+			s.errs = append(s.errs, invalid("Logger", l, "must not be nil"))
+			return
+		}
+		s.logger = zap.New(&slogCore{h: l.Handler()})
+	})
+}
+
+// slogCore is a zapcore.Core that forwards entries to a slog.Handler.
+type slogCore struct {
+	h slog.Handler
+}
+
+func slogLevel(l zapcore.Level) slog.Level {
+	switch {
+	case l <= zapcore.DebugLevel:
+		return slog.LevelDebug
+	case l == zapcore.InfoLevel:
+		return slog.LevelInfo
+	case l == zapcore.WarnLevel:
+		return slog.LevelWarn
+	default:
+		return slog.LevelError
+	}
+}
+
+func (c *slogCore) Enabled(l zapcore.Level) bool {
+	return c.h.Enabled(context.Background(), slogLevel(l))
+}
+
+func (c *slogCore) With(fields []zapcore.Field) zapcore.Core {
+	return &slogCore{h: c.h.WithAttrs(attrs(fields))}
+}
+
+func (c *slogCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if c.Enabled(e.Level) {
+		return ce.AddCore(e, c)
+	}
+	return ce
+}
+
+func (c *slogCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
+	r := slog.NewRecord(e.Time, slogLevel(e.Level), e.Message, 0)
+	r.AddAttrs(attrs(fields)...)
+	if e.LoggerName != "" {
+		r.AddAttrs(slog.String("logger", e.LoggerName))
+	}
+	return c.h.Handle(context.Background(), r)
+}
+
+func (c *slogCore) Sync() error { return nil }
+
+// attrs turns zap fields into slog attributes, sorted by key (zap's map
+// encoder does not keep the order).
+func attrs(fields []zapcore.Field) []slog.Attr {
+	if len(fields) == 0 {
+		return nil
+	}
+	enc := zapcore.NewMapObjectEncoder()
+	for _, f := range fields {
+		f.AddTo(enc)
+	}
+	out := make([]slog.Attr, 0, len(enc.Fields))
+	for k, v := range enc.Fields {
+		out = append(out, slog.Any(k, v))
+	}
+	slices.SortFunc(out, func(a, b slog.Attr) int {
+		switch {
+		case a.Key < b.Key:
+			return -1
+		case a.Key > b.Key:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
