@@ -584,14 +584,14 @@ func (l *Log) Sync() error {
 	// Outside the mutex: appends go on during the fsync.
 	var err error
 	for _, path := range sealed {
-		if serr := syncPath(path); serr != nil && !errors.Is(serr, os.ErrNotExist) && err == nil {
+		if serr := syncPath(path, os.O_RDWR); serr != nil && !errors.Is(serr, os.ErrNotExist) && err == nil {
 			err = serr // a reclaimed segment needs no sync
 		}
 	}
 	if newFiles {
 		// The new segments' directory entries; not possible on every
 		// platform (Windows), where it is skipped.
-		_ = syncPath(l.dir)
+		_ = syncPath(l.dir, os.O_RDONLY)
 	}
 	if a != nil {
 		if serr := a.sync(); serr != nil && !errors.Is(serr, os.ErrClosed) && err == nil {
@@ -601,8 +601,10 @@ func (l *Log) Sync() error {
 	return err
 }
 
-func syncPath(path string) error {
-	f, err := os.Open(path)
+// syncPath fsyncs path, opened with flag (Windows needs write access to
+// flush a file).
+func syncPath(path string, flag int) error {
+	f, err := os.OpenFile(path, flag, 0)
 	if err != nil {
 		return err
 	}
