@@ -10,8 +10,10 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/zap"
@@ -376,4 +378,24 @@ func TestDurableEnqueueContextWaits(t *testing.T) {
 	if st := c.Stats(); st.Delivered != 3 || st.Dropped != 1 {
 		t.Fatalf("stats %+v", st)
 	}
+}
+
+// TestDurableFsyncInterval: the default policy syncs once per interval,
+// on its own goroutine, and stops at Close (goleak checks the goroutine).
+func TestDurableFsyncInterval(t *testing.T) {
+	dir := t.TempDir()
+	synctest.Test(t, func(t *testing.T) {
+		var syncs atomic.Int32
+		hook := optionFunc(func(s *settings) { s.disk.syncObserver = func() { syncs.Add(1) } })
+		c := newTestClient(t, newFakeAPI(nil), nil, WithDiskBuffer(dir, WithFsyncInterval(2*time.Second)), hook)
+		mustTrack(t, c, "e1")
+		time.Sleep(7 * time.Second)
+		synctest.Wait()
+		if n := syncs.Load(); n != 3 {
+			t.Errorf("%d syncs in 7 s at 2 s intervals, want 3", n)
+		}
+		if err := c.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
