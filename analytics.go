@@ -38,7 +38,8 @@ var _ Tracker = (*Client)(nil)
 //
 // The enqueue methods (Track, Identify, Group, Page, Screen, Alias, Enqueue)
 // validate and encode the event, stamp messageId and timestamp when they are
-// empty, and queue it without blocking and without I/O. A nil error means
+// empty, and queue it without blocking and without I/O (in durable mode,
+// see WithDiskBuffer, with one append to the disk buffer). A nil error means
 // the event was accepted: it will get exactly one disposition, reported
 // through the callbacks. An error means it was rejected: it is never sent and
 // gets no callback. The client keeps nothing of the caller's message, maps
@@ -67,6 +68,7 @@ type Client struct {
 	settle       *settler
 	withMessages bool      // a callback is registered: events carry a copy of their Message
 	defaults     *defaults // WithDefaultContext, WithDefaultProperties; nil without them
+	disk         *durable  // WithDiskBuffer; nil in memory mode
 
 	closed          atomic.Bool        // fast path for enqueue after Close
 	retire          chan struct{}      // closed by Close once consumers are no longer needed
@@ -104,6 +106,16 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 		defaults:     newDefaults(s.defaultContext, s.defaultProperties),
 		retire:       make(chan struct{}),
 	}
+	if s.disk != nil {
+		var replay []event
+		c.disk, replay, err = openDurable(s.disk, s.logger, c.withMessages)
+		if err != nil {
+			return nil, err
+		}
+		c.settle.disk = c.disk
+		q.onTake = c.disk.beforeBatch
+		q.preload(replay) // sent before any new event
+	}
 	c.interrupt, c.cancelInterrupt = context.WithCancel(context.Background())
 	httpClient := newHTTPClient(&s)
 	if !s.CustomHTTPClient {
@@ -139,7 +151,8 @@ func (c *Client) Config() Config { return c.cfg }
 
 // Track enqueues a track event. See Client for the contract; errors are
 // *MessageError (ErrInvalidMessage), ErrEventTooLarge, ErrQueueFull and
-// ErrClosed. The client does not keep m's maps (see Message).
+// ErrClosed, and in durable mode *DiskError (see WithDiskBuffer). The
+// client does not keep m's maps (see Message).
 func (c *Client) Track(m Track) error { return c.dispatch(context.Background(), false, m) }
 
 // Identify enqueues an identify event; errors as for Track.
@@ -219,6 +232,11 @@ const closeGrace = 400 * time.Millisecond
 // count in its error includes those events. A nil ctx means
 // context.Background(). Delivery failures are reported through OnError
 // only. A second Close returns ErrClosed.
+//
+// In durable mode (WithDiskBuffer) the handed-back events stay on disk:
+// their DeliveryError has Kept set, Close's error says "kept in the disk
+// buffer", and the next client on the directory sends them. Close then
+// syncs and closes the disk buffer and releases its lock.
 func (c *Client) Close(ctx context.Context) error {
 	if ctx == nil {
 		ctx = context.Background()
@@ -282,7 +300,7 @@ func (c *Client) Close(ctx context.Context) error {
 	}
 	n := c.settle.stats.handedBack.Load() - handedBefore + int64(len(rest))
 	if len(rest) > 0 {
-		err := &DeliveryError{Reason: ErrShutdownInterrupted}
+		err := &DeliveryError{Reason: ErrShutdownInterrupted, Kept: c.disk != nil}
 		settled := make(chan struct{})
 		go func() {
 			defer close(settled)
@@ -299,13 +317,18 @@ func (c *Client) Close(ctx context.Context) error {
 		}
 	}
 	c.settle.reportDrops(true)
+	kept := ""
+	if c.disk != nil {
+		c.disk.close() // handed-back events stay on disk
+		kept = " (kept in the disk buffer)"
+	}
 	if n == 0 && !(interrupted && c.q.outstanding() > 0) {
 		return nil
 	}
 	if cause := context.Cause(ctx); cause != nil {
-		return fmt.Errorf("%w: %d event(s) handed back: %w", ErrShutdownInterrupted, n, cause)
+		return fmt.Errorf("%w: %d event(s) handed back%s: %w", ErrShutdownInterrupted, n, kept, cause)
 	}
-	return fmt.Errorf("%w: %d event(s) handed back", ErrShutdownInterrupted, n)
+	return fmt.Errorf("%w: %d event(s) handed back%s", ErrShutdownInterrupted, n, kept)
 }
 
 // closedTimeChan is a channel that is always ready: the grace period has

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+
+	"github.com/relaykit/analytics-go/internal/diskbuf"
 )
 
 // event is one accepted message with its JSON, encoded once at enqueue.
@@ -13,6 +15,9 @@ type event struct {
 	data  []byte
 	slab  *slab  // where data lives, released at the disposition; nil if data is its own
 	epoch uint64 // ledger epoch at acceptance (see ledger)
+
+	seg *diskbuf.Segment // durable mode: the record's segment (see durable.go); nil otherwise
+	off uint32           // durable mode: the record's offset in seg
 }
 
 // batch is the unit of upload. Its events are fixed when it is taken from

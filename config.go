@@ -134,6 +134,7 @@ type settings struct {
 	onSuccess     func(events []Message)
 	onError       func(err error, events []Message)
 	oauth         *oauthSettings // WithOAuth; nil: Basic auth with the write key
+	disk          *diskSettings  // WithDiskBuffer; nil in memory mode
 	errs          []error
 
 	defaultContext, defaultProperties map[string]any    // see defaults.go

@@ -76,6 +76,9 @@ func (c *Client) accept(ctx context.Context, wait bool, sc *scratch, withCopy Me
 		err = checkSize(e.buf)
 	}
 	var ev event
+	if err == nil && c.disk != nil {
+		err = c.appendDurable(&ev, e.buf, wait) // written to the OS before the call returns
+	}
 	if err == nil {
 		ev.data, ev.slab = sc.copyToSlab(e.buf)
 	}
@@ -90,6 +93,9 @@ func (c *Client) accept(ctx context.Context, wait bool, sc *scratch, withCopy Me
 		err = c.q.push(ev)
 	}
 	if err != nil {
+		if c.disk != nil {
+			c.disk.ack([]event{ev}) // not accepted: not replayed either
+		}
 		releaseEvents([]event{ev}) // not accepted: the queue holds no copy
 	}
 	return err

@@ -31,6 +31,8 @@ type queue struct {
 	maxRing  int
 
 	ready chan struct{} // cap 1: a batch may be ready, or its interval must be timed
+
+	onTake func() // durable mode: runs when a batch is taken (FsyncEveryBatch); nil otherwise
 }
 
 func newQueue(places *capacity, flushAt, maxBytes int, interval time.Duration) *queue {
@@ -115,7 +117,7 @@ func (q *queue) pushWait(ctx context.Context, ev event) error {
 }
 
 func (q *queue) grow() {
-	size := min(len(q.ring)*2, q.maxRing)
+	size := max(min(len(q.ring)*2, q.maxRing), q.n+1) // more than maxRing only after a preload
 	ring := make([]event, size)
 	for i := 0; i < q.n; i++ {
 		ring[i] = q.ring[(q.head+i)%len(q.ring)]
@@ -167,7 +169,38 @@ func (q *queue) take(now time.Time) (*batch, time.Duration) {
 	if more {
 		signal(q.ready) // another consumer takes or times the rest
 	}
+	if q.onTake != nil {
+		q.onTake()
+	}
 	return b, 0
+}
+
+// preload queues events replayed from the disk buffer ahead of any new
+// one, before consumers start. They are accepted already, so they take
+// their places whatever the limit (as a re-queued batch does, R44) and the
+// ring grows to hold them.
+func (q *queue) preload(evs []event) {
+	if len(evs) == 0 {
+		return
+	}
+	q.mu.Lock()
+	if len(q.ring) < q.n+len(evs) {
+		ring := make([]event, q.n+len(evs))
+		for i := 0; i < q.n; i++ {
+			ring[i] = q.ring[(q.head+i)%len(q.ring)]
+		}
+		q.ring, q.head = ring, 0
+	}
+	for _, ev := range evs {
+		ev.epoch = q.ledger.add()
+		q.ring[(q.head+q.n)%len(q.ring)] = ev
+		q.n++
+		q.bytes += len(ev.data) + 1
+	}
+	q.openedAt = time.Now()
+	q.mu.Unlock()
+	q.places.hold(len(evs))
+	signal(q.ready)
 }
 
 // popLocked removes the oldest queued event; q.n must be > 0.

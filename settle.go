@@ -18,8 +18,9 @@ type settler struct {
 	log       *zap.Logger
 	onSuccess func([]Message)
 	onError   func(error, []Message)
-	ledger    *queue // discharged once per event
-	capacity  int    // QueueCapacity, for the drop warning
+	ledger    *queue   // discharged once per event
+	capacity  int      // QueueCapacity, for the drop warning
+	disk      *durable // durable mode: outcomes are acknowledged on disk; nil otherwise
 
 	stats counters
 
@@ -49,7 +50,7 @@ func (s *settler) handBack(b *batch, cause error) {
 	if cause != nil {
 		last = cause
 	}
-	s.events(b.events, &DeliveryError{Reason: ErrShutdownInterrupted, Last: last, Attempts: b.attempts})
+	s.events(b.events, &DeliveryError{Reason: ErrShutdownInterrupted, Last: last, Attempts: b.attempts, Kept: s.disk != nil})
 	recycle(b)
 }
 
@@ -65,9 +66,14 @@ func (s *settler) rateLimitExceeded(bs []*batch) {
 }
 
 // events settles evs with err (nil: delivered). Counters move before the
-// callback runs, so Close can count hand-backs whose callbacks are slow.
+// callback runs, so Close can count hand-backs whose callbacks are slow. In
+// durable mode delivered and failed events are acknowledged on disk before
+// the ledger is discharged; handed-back events stay on disk.
 func (s *settler) events(evs []event, err error) {
 	n := int64(len(evs))
+	if s.disk != nil && !errors.Is(err, ErrShutdownInterrupted) {
+		s.disk.ack(evs)
+	}
 	switch {
 	case err == nil:
 		s.stats.delivered.Add(n)
@@ -148,6 +154,12 @@ type Stats struct {
 	RejectedInvalid  int64 // enqueue calls rejected with a *MessageError (ErrInvalidMessage)
 	RejectedTooLarge int64 // enqueue calls rejected with ErrEventTooLarge
 	RejectedClosed   int64 // enqueue calls rejected with ErrClosed
+	RejectedDisk     int64 // enqueue calls rejected with a *DiskError (durable mode)
+
+	// Durable mode only (WithDiskBuffer), all set at New:
+	Replayed    int64 // events an earlier client left in the disk buffer, sent first
+	DiskTorn    int64 // torn records (a write cut short by a crash) skipped at New
+	DiskCorrupt int64 // corrupt regions before valid records, and records that were not events, skipped at New
 }
 
 type counters struct {
@@ -156,6 +168,7 @@ type counters struct {
 	rateLimited, rateLimitWaits            atomic.Int64
 
 	accepted, rejectedInvalid, rejectedTooLarge, rejectedClosed atomic.Int64
+	rejectedDisk                                                atomic.Int64
 }
 
 // count counts the outcome of one enqueue call and returns err.
@@ -171,6 +184,10 @@ func (s *counters) count(err error) error {
 		s.rejectedTooLarge.Add(1)
 	case errors.Is(err, ErrInvalidMessage):
 		s.rejectedInvalid.Add(1)
+	default:
+		if _, ok := err.(*DiskError); ok {
+			s.rejectedDisk.Add(1)
+		}
 	}
 	return err
 }
@@ -179,7 +196,7 @@ func (s *counters) count(err error) error {
 // use; the counters are read one by one, not as one atomic snapshot.
 func (c *Client) Stats() Stats {
 	s := &c.settle.stats
-	return Stats{
+	st := Stats{
 		Delivered:      s.delivered.Load(),
 		Failed:         s.failed.Load(),
 		HandedBack:     s.handedBack.Load(),
@@ -195,5 +212,12 @@ func (c *Client) Stats() Stats {
 		RejectedInvalid:  s.rejectedInvalid.Load(),
 		RejectedTooLarge: s.rejectedTooLarge.Load(),
 		RejectedClosed:   s.rejectedClosed.Load(),
+		RejectedDisk:     s.rejectedDisk.Load(),
 	}
+	if d := c.disk; d != nil {
+		st.Replayed = d.replayed.Load()
+		ds := d.log.Stats()
+		st.DiskTorn, st.DiskCorrupt = int64(ds.Torn), int64(ds.Corrupt)+d.skipped.Load()
+	}
+	return st
 }

@@ -33,6 +33,7 @@ type plan struct {
 	closeTimeout time.Duration
 	flushTimeout time.Duration
 	afterClose   bool
+	durable      bool // config.diskBufferDir: events of earlier runs may be replayed
 }
 
 type sequence struct {
@@ -208,6 +209,10 @@ func (p *plan) parseConfig(raw json.RawMessage) error {
 	}
 	if b, ok := f.boolean("afterClose"); ok {
 		p.afterClose = b
+	}
+	if dir, ok := f.str("diskBufferDir"); ok {
+		p.opts = append(p.opts, analytics.WithDiskBuffer(dir))
+		p.durable = true
 	}
 	return f.err
 }

@@ -59,6 +59,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	defer func() { _ = log.Sync() }()
 
 	rec := newRecorder()
+	rec.durable = p.durable
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	defer transport.CloseIdleConnections()
 	opts := append([]analytics.Option{

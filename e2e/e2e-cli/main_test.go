@@ -682,3 +682,43 @@ func TestSDKMessageIDsAreUUIDs(t *testing.T) {
 		t.Errorf("NewMessageID: %q, %q", a, b)
 	}
 }
+
+// config.diskBufferDir: a run whose server never answers hands its events
+// back at Close and keeps them on disk; a later run with "sequences": []
+// delivers them, same messageIds, and reports them under "replayed".
+func TestDiskBufferDir(t *testing.T) {
+	dir := t.TempDir()
+	down := newServer(t, reply{hold: true})
+	res := runCLI(t, "", "--input", input(t, down.URL, map[string]any{"diskBufferDir": dir, "closeTimeoutMs": 200},
+		seq(track("d1"), track("d2"), track("d3"))))
+	if res.out.Success || res.out.HandedBack != 3 || !strings.Contains(res.out.CloseError, "kept in the disk buffer") {
+		t.Fatalf("first run: %s", res.line)
+	}
+
+	up := newServer(t)
+	noSequences := func(cfg map[string]any) string {
+		return strings.Replace(input(t, up.URL, cfg), `"sequences":null`, `"sequences":[]`, 1)
+	}
+	res = runCLI(t, "", "--input", noSequences(map[string]any{"diskBufferDir": dir}))
+	if !res.out.Success || res.out.Replayed == nil || *res.out.Replayed != (replayedOutput{Delivered: 3}) || len(res.out.Events) != 0 {
+		t.Fatalf("second run: %s", res.line)
+	}
+	var got []string
+	for _, ids := range up.requestIDs() {
+		got = append(got, ids...)
+	}
+	if strings.Join(got, ",") != "d1,d2,d3" {
+		t.Fatalf("server got %v", got)
+	}
+
+	// nothing is left: a third run sends nothing
+	res = runCLI(t, "", "--input", noSequences(map[string]any{"diskBufferDir": dir}))
+	if !res.out.Success || *res.out.Replayed != (replayedOutput{}) || len(up.requestIDs()) != 1 {
+		t.Fatalf("third run: %s (%d requests)", res.line, len(up.requestIDs()))
+	}
+
+	res = runCLI(t, "", "--input", noSequences(map[string]any{"diskBufferDir": 7}))
+	if res.out.Success || !strings.Contains(res.out.Error, "config.diskBufferDir") {
+		t.Fatalf("diskBufferDir 7: %s", res.line)
+	}
+}

@@ -82,6 +82,8 @@ type recorder struct {
 	sentBatches int
 	firstErr    string // message of the first failure (failure-kind OnError or enqueue error)
 	stray       int    // callback messages that match no input event
+	durable     bool   // diskBufferDir: stray messages are events replayed from an earlier run
+	replayed    replayedOutput
 }
 
 func newRecorder() *recorder {
@@ -148,6 +150,10 @@ func (r *recorder) onError(err error, msgs []analytics.Message) {
 func (r *recorder) settle(id, outcome string, err error) {
 	idx := r.byID[id]
 	if len(idx) == 0 {
+		if r.durable {
+			r.replayed.count(outcome)
+			return
+		}
 		r.stray++
 		return
 	}
@@ -240,6 +246,26 @@ type output struct {
 	CloseError  string           `json:"closeError,omitempty"`
 	Flushes     []flushOutput    `json:"flushes,omitempty"`
 	AfterClose  *afterCloseState `json:"afterClose,omitempty"`
+	Replayed    *replayedOutput  `json:"replayed,omitempty"`
+}
+
+// replayedOutput counts, by outcome, the events an earlier run left in the
+// disk buffer (config.diskBufferDir) that this run's client sent.
+type replayedOutput struct {
+	Delivered  int `json:"delivered"`
+	Failed     int `json:"failed"`
+	HandedBack int `json:"handedBack"`
+}
+
+func (o *replayedOutput) count(outcome string) {
+	switch outcome {
+	case outcomeDelivered:
+		o.Delivered++
+	case outcomeFailed:
+		o.Failed++
+	default:
+		o.HandedBack++
+	}
 }
 
 // failureOutput is the line for input that never reached the SDK: a run
@@ -325,11 +351,17 @@ func (r *recorder) report() (output, []string) {
 		notes = append(notes, fmt.Sprintf("%d callback messages matched no input event", r.stray))
 	}
 
+	if r.durable {
+		rep := r.replayed
+		out.Replayed = &rep
+	}
 	switch {
 	case r.firstErr != "":
 		out.Error = r.firstErr
 	case out.HandedBack > 0:
 		out.Error = fmt.Sprintf("delivery incomplete: %d events handed back at shutdown", out.HandedBack)
+	case r.replayed.HandedBack > 0:
+		out.Error = fmt.Sprintf("delivery incomplete: %d replayed events handed back at shutdown", r.replayed.HandedBack)
 	case missing > 0:
 		out.Error = fmt.Sprintf("delivery incomplete: %d accepted events got no callback", missing)
 	default:

@@ -101,6 +101,11 @@ type Result struct {
 	Samples   int       `json:"samples,omitempty"`     // -sample: samples taken
 	PeakHeapB uint64    `json:"peak_heap_b,omitempty"` // -sample: most heap object bytes in any sample
 	PeakRSSB  uint64    `json:"peak_rss_b,omitempty"`  // -sample: most resident bytes in any sample
+
+	// ours-durable: the disk buffer directory's size (files' apparent
+	// sizes), the most seen in samples every 10 ms and what Close left.
+	DiskPeakB int64 `json:"disk_peak_b,omitempty"`
+	DiskLeftB int64 `json:"disk_left_b,omitempty"`
 }
 
 // Outcomes is the per-event accounting of a run (-outcomes).
@@ -257,7 +262,7 @@ func newClient(ctx context.Context, sdk, endpoint string, drain bool, lg *ledger
 		capacityOpt = append(capacityOpt, ours.WithQueueCapacity(n))
 	}
 	switch sdk {
-	case "ours", "ours-block":
+	case "ours", "ours-block", "ours-durable":
 		// Defaults except the endpoint (FlushAt 250, 8 consumers, queue
 		// 10 000, no gzip, silent logger). Track never blocks: with a full
 		// queue it returns ErrQueueFull and the event is dropped.
@@ -267,6 +272,18 @@ func newClient(ctx context.Context, sdk, endpoint string, drain bool, lg *ledger
 		// deadline) like segment's and posthog's Enqueue do implicitly (they
 		// block on a 100-slot channel).
 		opts := append([]ours.Option{ours.WithEndpoint(endpoint)}, capacityOpt...)
+		// "ours-durable" adds the disk buffer (default fsync policy: every
+		// second) in a fresh temporary directory, removed after the run;
+		// its size is sampled while the run goes on.
+		var disk *diskMeter
+		if sdk == "ours-durable" {
+			dir, err := os.MkdirTemp("", "bench-durable-*")
+			if err != nil {
+				return nil, err
+			}
+			opts = append(opts, ours.WithDiskBuffer(dir))
+			disk = startDiskMeter(dir)
+		}
 		if lg != nil {
 			// Only with -outcomes: how the app is told what failed.
 			opts = append(opts, ours.WithOnError(func(err error, evs []ours.Message) {
@@ -301,9 +318,15 @@ func newClient(ctx context.Context, sdk, endpoint string, drain bool, lg *ledger
 			}
 		}
 		return &client{
-			track:   track,
-			close:   c.Close,
-			after:   func(r *Result) { s := c.Stats(); r.Ours = &s },
+			track: track,
+			close: c.Close,
+			after: func(r *Result) {
+				s := c.Stats()
+				r.Ours = &s
+				if disk != nil {
+					r.DiskPeakB, r.DiskLeftB = disk.stop()
+				}
+			},
 			pending: func(int64) int64 { return c.Stats().Pending },
 		}, nil
 	case "segment":
@@ -362,7 +385,7 @@ func newClient(ctx context.Context, sdk, endpoint string, drain bool, lg *ledger
 			pending: func(acc int64) int64 { return acc - cnt.ok.Load() - cnt.failed.Load() },
 		}, nil
 	}
-	return nil, fmt.Errorf("unknown -sdk %q (ours, ours-block, segment, posthog)", sdk)
+	return nil, fmt.Errorf("unknown -sdk %q (ours, ours-block, ours-durable, segment, posthog)", sdk)
 }
 
 // closeWithDeadline adapts a Close without a context: it waits for it at
@@ -381,7 +404,7 @@ func closeWithDeadline(closeFn func() error) func(context.Context) error {
 }
 
 func main() {
-	sdk := flag.String("sdk", "ours", "SDK: ours, ours-block, segment, posthog")
+	sdk := flag.String("sdk", "ours", "SDK: ours, ours-block, ours-durable, segment, posthog")
 	n := flag.Int("n", 200000, "number of track calls")
 	endpoint := flag.String("endpoint", "", "sink base URL, e.g. http://127.0.0.1:8080")
 	statsURL := flag.String("stats", "", "sink stats URL (default <endpoint>/stats; \"-\" to skip)")

@@ -1,0 +1,376 @@
+package analytics
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/relaykit/analytics-go/internal/diskbuf"
+)
+
+// Durable mode (WithDiskBuffer) keeps every accepted event in an on-disk
+// log until it has its outcome, so a process that dies — kill -9, panic,
+// OOM kill — loses nothing it had accepted: the next client that opens the
+// same directory sends those events first, with the same messageIds. The
+// log lives in internal/diskbuf; this file joins it to the pipeline:
+// accept appends before the event is queued, the settler acknowledges every
+// delivered or failed event (handed-back ones stay on disk), New replays,
+// and Close closes. docs/durable.md describes the design.
+
+// FsyncPolicy says when the disk buffer asks the operating system to put
+// what was written on stable storage (fsync). Every accepted event is
+// written to the operating system before its enqueue call returns, whatever
+// the policy, so a process crash never loses it; the policy bounds what a
+// power loss or kernel crash can lose.
+type FsyncPolicy int
+
+const (
+	// FsyncInterval syncs once per interval (default 1 s, see
+	// WithFsyncInterval) when something was written: a power loss loses at
+	// most the events accepted in the last interval. This is the default.
+	FsyncInterval FsyncPolicy = iota
+	// FsyncEveryBatch syncs before a batch is taken for upload, so every
+	// event sent has reached stable storage first; a power loss loses at
+	// most the events of the batch still open. Costs one fsync per batch
+	// on a consumer goroutine, never in an enqueue call.
+	FsyncEveryBatch
+	// FsyncNever leaves syncing to the operating system (and Close): a
+	// power loss can lose whatever the OS had not written back yet,
+	// typically up to 30 s of events on Linux.
+	FsyncNever
+)
+
+// Defaults of the disk buffer.
+const (
+	// DefaultFsyncInterval is the sync period of FsyncInterval.
+	DefaultFsyncInterval = time.Second
+	// DefaultDiskLimit is the most bytes the segment files may take.
+	DefaultDiskLimit = 512 << 20
+	// DefaultSegmentSize is the size at which a segment file is sealed and
+	// a new one started; space is reclaimed a whole segment at a time.
+	DefaultSegmentSize = 4 << 20
+)
+
+// ErrDiskBufferLocked is returned by New when another client (in this or
+// another process) has the disk buffer's directory open. Each directory
+// serves one client at a time; the lock is released by Close, or by the
+// operating system when the process dies.
+var ErrDiskBufferLocked = errors.New("analytics: disk buffer directory is in use by another client")
+
+// DiskError is returned by an enqueue call whose event could not be
+// written to the disk buffer (a read-only or full file system, an I/O
+// error), and by New when the directory cannot be opened. The event of an
+// enqueue call that returned it was not accepted. Errors from the file
+// system are visible with errors.Is and errors.As (for example
+// errors.Is(err, syscall.ENOSPC)).
+type DiskError struct {
+	Op  string // "open", "append"
+	Dir string // the disk buffer directory
+	Err error
+}
+
+// Error describes the operation, the directory and the cause.
+func (e *DiskError) Error() string {
+	return fmt.Sprintf("analytics: disk buffer %s in %s: %v", e.Op, e.Dir, e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *DiskError) Unwrap() error { return e.Err }
+
+// DiskOption configures the disk buffer (see WithDiskBuffer).
+type DiskOption interface {
+	applyDisk(*diskSettings)
+}
+
+type diskOptionFunc func(*diskSettings)
+
+func (f diskOptionFunc) applyDisk(d *diskSettings) { f(d) }
+
+type diskSettings struct {
+	dir          string
+	policy       FsyncPolicy
+	interval     time.Duration
+	limit        int64
+	segment      int64
+	errs         []error
+	syncObserver func() // tests: called after each sync
+	noMmap       bool   // tests: the portable writer on Linux too
+}
+
+// WithFsync sets the fsync policy (default FsyncInterval). An unknown
+// policy fails New.
+func WithFsync(p FsyncPolicy) DiskOption {
+	return diskOptionFunc(func(d *diskSettings) {
+		if p < FsyncInterval || p > FsyncNever {
+			d.errs = append(d.errs, invalid("DiskBuffer.Fsync", int(p), "unknown policy"))
+		}
+		d.policy = p
+	})
+}
+
+// WithFsyncInterval selects FsyncInterval with period iv (default 1 s;
+// must be positive).
+func WithFsyncInterval(iv time.Duration) DiskOption {
+	return diskOptionFunc(func(d *diskSettings) {
+		if iv <= 0 {
+			d.errs = append(d.errs, invalid("DiskBuffer.FsyncInterval", iv, "must be positive"))
+		}
+		d.policy, d.interval = FsyncInterval, iv
+	})
+}
+
+// WithDiskLimit bounds the bytes the segment files may take (default
+// 512 MiB, at least one segment). Past it, enqueue calls return an error
+// matching ErrQueueFull until delivered events free whole segments.
+func WithDiskLimit(bytes int64) DiskOption {
+	return diskOptionFunc(func(d *diskSettings) { d.limit = bytes })
+}
+
+// WithSegmentSize sets the size of one segment file (default 4 MiB, at
+// least 64 KiB). Smaller segments give space back sooner; larger ones mean
+// fewer files.
+func WithSegmentSize(bytes int64) DiskOption {
+	return diskOptionFunc(func(d *diskSettings) {
+		if bytes < 64<<10 {
+			d.errs = append(d.errs, invalid("DiskBuffer.SegmentSize", bytes, "must be at least 64 KiB"))
+		}
+		d.segment = bytes
+	})
+}
+
+// WithDiskBuffer turns on durable mode: every accepted event's JSON is
+// appended to a log in dir (created with mode 0700 if missing) and written
+// to the operating system before the enqueue call returns, so it survives
+// the process dying at any instant; the fsync policy (WithFsync) bounds
+// what a power loss can lose. Delivered and failed events are
+// acknowledged in the log and their space reclaimed a segment at a time;
+// events handed back by Close stay on disk (their DeliveryError has
+// Kept set). New sends the events an earlier client left in dir before
+// any new one, with the same messageIds; callbacks receive them as
+// messages decoded from the stored JSON. One client at a time may use dir:
+// New fails with ErrDiskBufferLocked otherwise.
+//
+// An enqueue call then costs one write(2) more; it returns an error
+// matching ErrQueueFull past the disk limit (WithDiskLimit) and a
+// *DiskError when the write fails. Without this option nothing touches
+// the disk. The files are described in docs/durable.md.
+func WithDiskBuffer(dir string, opts ...DiskOption) Option {
+	return optionFunc(func(s *settings) {
+		d := &diskSettings{dir: dir, interval: DefaultFsyncInterval, limit: DefaultDiskLimit, segment: DefaultSegmentSize}
+		if dir == "" {
+			s.errs = append(s.errs, invalid("DiskBuffer", `""`, "directory must not be empty"))
+		}
+		for _, o := range opts {
+			if o == nil {
+				s.errs = append(s.errs, invalid("DiskOption", nil, "must not be nil"))
+				continue
+			}
+			o.applyDisk(d)
+		}
+		if d.limit < d.segment {
+			d.errs = append(d.errs, invalid("DiskBuffer.DiskLimit", d.limit, "must be at least the segment size"))
+		}
+		s.errs = append(s.errs, d.errs...)
+		s.disk = d
+	})
+}
+
+// durable is a client's disk buffer.
+type durable struct {
+	log      *diskbuf.Log
+	dir      string
+	policy   FsyncPolicy
+	zlog     *zap.Logger
+	stop     chan struct{}
+	stopped  sync.WaitGroup
+	observer func()
+
+	replayed atomic.Int64
+	skipped  atomic.Int64 // replayed records with a valid checksum but no JSON object
+}
+
+// openDurable opens d.dir and returns the buffer and the events to replay,
+// ready for the queue (with messages decoded when withMessages).
+func openDurable(d *diskSettings, zlog *zap.Logger, withMessages bool) (*durable, []event, error) {
+	log, recs, err := diskbuf.Open(d.dir, diskbuf.Options{
+		SegmentBytes: d.segment,
+		MaxBytes:     d.limit,
+		NoMmap:       d.noMmap,
+		Logf:         func(format string, args ...any) { zlog.Warn(fmt.Sprintf(format, args...)) },
+	})
+	if errors.Is(err, diskbuf.ErrLocked) {
+		return nil, nil, fmt.Errorf("%w: %s", ErrDiskBufferLocked, d.dir)
+	}
+	if err != nil {
+		return nil, nil, &DiskError{Op: "open", Dir: d.dir, Err: err}
+	}
+	dur := &durable{log: log, dir: d.dir, policy: d.policy, zlog: zlog, stop: make(chan struct{}), observer: d.syncObserver}
+	evs := make([]event, 0, len(recs))
+	for _, r := range recs {
+		ev := event{data: r.Data, seg: r.Seg, off: r.Off}
+		var m Message
+		if withMessages || !json.Valid(r.Data) {
+			m, err = decodeMessage(r.Data)
+		}
+		if err != nil {
+			// A record with a valid checksum that is not an event: skipped,
+			// counted and acknowledged, never sent.
+			dur.skipped.Add(1)
+			zlog.Warn("disk buffer: skipped a record that is not an event", zap.Error(err))
+			dur.ack([]event{ev})
+			err = nil
+			continue
+		}
+		ev.msg = m
+		evs = append(evs, ev)
+	}
+	dur.replayed.Store(int64(len(evs)))
+	if st := log.Stats(); st.Torn+st.Corrupt > 0 || len(evs) > 0 {
+		zlog.Info("disk buffer opened", zap.String("dir", d.dir), zap.Int("replayed", len(evs)),
+			zap.Int("torn", st.Torn), zap.Int("corrupt", st.Corrupt))
+	}
+	if d.policy == FsyncInterval {
+		dur.stopped.Add(1)
+		go dur.syncEvery(d.interval)
+	}
+	return dur, evs, nil
+}
+
+func (d *durable) syncEvery(iv time.Duration) {
+	defer d.stopped.Done()
+	t := time.NewTicker(iv)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.stop:
+			return
+		case <-t.C:
+			d.sync()
+		}
+	}
+}
+
+func (d *durable) sync() {
+	if err := d.log.Sync(); err != nil {
+		d.zlog.Error("disk buffer: fsync failed", zap.String("dir", d.dir), zap.Error(err))
+	}
+	if d.observer != nil {
+		d.observer()
+	}
+}
+
+// beforeBatch runs when a consumer takes a batch (FsyncEveryBatch).
+func (d *durable) beforeBatch() {
+	if d.policy == FsyncEveryBatch {
+		d.sync()
+	}
+}
+
+// append writes ev's JSON and records its place in ev.
+func (d *durable) append(ev *event, data []byte) error {
+	seg, off, err := d.log.Append(data)
+	switch {
+	case err == nil:
+		ev.seg, ev.off = seg, off
+		return nil
+	case errors.Is(err, diskbuf.ErrFull):
+		return fmt.Errorf("%w: the disk buffer reached its size limit", ErrQueueFull)
+	case errors.Is(err, diskbuf.ErrClosed):
+		return ErrClosed
+	default:
+		return &DiskError{Op: "append", Dir: d.dir, Err: err}
+	}
+}
+
+// ack records the outcome of evs; their space is reclaimed with their
+// segment.
+func (d *durable) ack(evs []event) {
+	n := 0
+	for i := range evs {
+		if evs[i].seg != nil {
+			evs[n] = evs[i]
+			n++
+		}
+	}
+	if err := d.log.Ack(n, func(i int) (*diskbuf.Segment, uint32) { return evs[i].seg, evs[i].off }); err != nil {
+		d.zlog.Error("disk buffer: acknowledgement not written; the events may be sent again by a later client",
+			zap.String("dir", d.dir), zap.Error(err))
+	}
+}
+
+// close stops the sync goroutine and closes the log (syncing it).
+func (d *durable) close() {
+	close(d.stop)
+	d.stopped.Wait()
+	if err := d.log.Close(); err != nil {
+		d.zlog.Error("disk buffer: close failed", zap.String("dir", d.dir), zap.Error(err))
+	}
+}
+
+// storedMessage is every field the encoder writes, for decoding replayed
+// events.
+type storedMessage struct {
+	Type         string         `json:"type"`
+	MessageID    string         `json:"messageId"`
+	Timestamp    time.Time      `json:"timestamp"`
+	UserID       string         `json:"userId"`
+	AnonymousID  string         `json:"anonymousId"`
+	Event        string         `json:"event"`
+	GroupID      string         `json:"groupId"`
+	Name         string         `json:"name"`
+	Category     string         `json:"category"`
+	PreviousID   string         `json:"previousId"`
+	Properties   map[string]any `json:"properties"`
+	Traits       map[string]any `json:"traits"`
+	Context      map[string]any `json:"context"`
+	Integrations map[string]any `json:"integrations"`
+}
+
+// decodeMessage turns stored JSON back into the message type it was
+// encoded from. Numbers come back as float64 and nested objects as
+// map[string]any, as encoding/json decodes them; Context includes the
+// "library" entry the client added.
+func decodeMessage(data []byte) (Message, error) {
+	var s storedMessage
+	if err := json.Unmarshal(data, &s); err != nil {
+		return nil, err
+	}
+	switch s.Type {
+	case "track":
+		return Track{MessageID: s.MessageID, UserID: s.UserID, AnonymousID: s.AnonymousID, Event: s.Event,
+			Timestamp: s.Timestamp, Properties: s.Properties, Context: s.Context, Integrations: s.Integrations}, nil
+	case "identify":
+		return Identify{MessageID: s.MessageID, UserID: s.UserID, AnonymousID: s.AnonymousID,
+			Timestamp: s.Timestamp, Traits: s.Traits, Context: s.Context, Integrations: s.Integrations}, nil
+	case "group":
+		return Group{MessageID: s.MessageID, UserID: s.UserID, AnonymousID: s.AnonymousID, GroupID: s.GroupID,
+			Timestamp: s.Timestamp, Traits: s.Traits, Context: s.Context, Integrations: s.Integrations}, nil
+	case "page":
+		return Page{MessageID: s.MessageID, UserID: s.UserID, AnonymousID: s.AnonymousID, Name: s.Name,
+			Category: s.Category, Timestamp: s.Timestamp, Properties: s.Properties, Context: s.Context,
+			Integrations: s.Integrations}, nil
+	case "screen":
+		return Screen{MessageID: s.MessageID, UserID: s.UserID, AnonymousID: s.AnonymousID, Name: s.Name,
+			Category: s.Category, Timestamp: s.Timestamp, Properties: s.Properties, Context: s.Context,
+			Integrations: s.Integrations}, nil
+	case "alias":
+		return Alias{MessageID: s.MessageID, UserID: s.UserID, AnonymousID: s.AnonymousID, PreviousID: s.PreviousID,
+			Timestamp: s.Timestamp, Context: s.Context, Integrations: s.Integrations}, nil
+	}
+	return nil, fmt.Errorf("unknown message type %q", s.Type)
+}
+
+// appendDurable is accept's disk step. Without wait, a client already full
+// refuses the event before it is written; with wait (EnqueueContext) the
+// event is written and then waits for room like any other.
+func (c *Client) appendDurable(ev *event, data []byte, wait bool) error {
+	if !wait && c.q.places.full() {
+		return ErrQueueFull
+	}
+	return c.disk.append(ev, data)
+}

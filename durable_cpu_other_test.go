@@ -1,0 +1,7 @@
+//go:build !linux
+
+package analytics
+
+import "time"
+
+func threadCPU() time.Duration { return 0 } // not measured here

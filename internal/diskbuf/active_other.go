@@ -1,0 +1,5 @@
+//go:build !linux
+
+package diskbuf
+
+func openActive(path string, _ int64, _ bool) (active, error) { return openFileActive(path) }
