@@ -105,6 +105,11 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	// Catch the signal before announcing the address: a SIGTERM that comes
+	// right after the announcement must start the orderly shutdown, not
+	// kill the process.
+	sig, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
@@ -112,8 +117,6 @@ func run() error {
 	// can find the port when -addr ends in :0.
 	fmt.Printf("listening on http://%s\n", ln.Addr())
 
-	sig, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
 	select {
 	case <-sig.Done():
 		log.Printf("signal received: shutting down")
