@@ -12,6 +12,7 @@ func init() {
 		msg, _ := m.(Message) // nil or not a Message: rejected as unknown below
 		return prepareDetached(msg, now, newID)
 	}
+	shared.Decode = func(raw []byte) (any, error) { return decodeMessage(raw) }
 }
 
 // prepareDetached is the enqueue path of a client up to the queue, without

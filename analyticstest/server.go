@@ -11,9 +11,9 @@ import (
 	"net/http/httptest"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/relaykit/analytics-go"
+	"github.com/relaykit/analytics-go/internal/shared"
 )
 
 // maxRequestBody bounds how much of a request body the Server reads; the
@@ -306,51 +306,13 @@ func (s *Server) receive(w http.ResponseWriter, r *http.Request, rec *Request) (
 	return s.status, s.body
 }
 
-// wireEvent is the union of the six message types as the tracking API
-// receives them.
-type wireEvent struct {
-	Type         string         `json:"type"`
-	MessageID    string         `json:"messageId"`
-	Timestamp    time.Time      `json:"timestamp"`
-	UserID       string         `json:"userId"`
-	AnonymousID  string         `json:"anonymousId"`
-	Event        string         `json:"event"`
-	Name         string         `json:"name"`
-	Category     string         `json:"category"`
-	GroupID      string         `json:"groupId"`
-	PreviousID   string         `json:"previousId"`
-	Properties   map[string]any `json:"properties"`
-	Traits       map[string]any `json:"traits"`
-	Context      map[string]any `json:"context"`
-	Integrations map[string]any `json:"integrations"`
-}
-
-// decodeMessage returns the analytics message that raw encodes, or nil.
+// decodeMessage returns the analytics message that raw encodes, or nil:
+// the client's own decoder (the one that replays durable events).
 func decodeMessage(raw json.RawMessage) analytics.Message {
-	var w wireEvent
-	if err := json.Unmarshal(raw, &w); err != nil {
+	m, err := shared.Decode(raw)
+	if err != nil {
 		return nil
 	}
-	ts := w.Timestamp.UTC()
-	switch w.Type {
-	case "track":
-		return analytics.Track{MessageID: w.MessageID, UserID: w.UserID, AnonymousID: w.AnonymousID, Event: w.Event,
-			Timestamp: ts, Properties: w.Properties, Context: w.Context, Integrations: w.Integrations}
-	case "identify":
-		return analytics.Identify{MessageID: w.MessageID, UserID: w.UserID, AnonymousID: w.AnonymousID,
-			Timestamp: ts, Traits: w.Traits, Context: w.Context, Integrations: w.Integrations}
-	case "group":
-		return analytics.Group{MessageID: w.MessageID, UserID: w.UserID, AnonymousID: w.AnonymousID, GroupID: w.GroupID,
-			Timestamp: ts, Traits: w.Traits, Context: w.Context, Integrations: w.Integrations}
-	case "page":
-		return analytics.Page{MessageID: w.MessageID, UserID: w.UserID, AnonymousID: w.AnonymousID, Name: w.Name,
-			Category: w.Category, Timestamp: ts, Properties: w.Properties, Context: w.Context, Integrations: w.Integrations}
-	case "screen":
-		return analytics.Screen{MessageID: w.MessageID, UserID: w.UserID, AnonymousID: w.AnonymousID, Name: w.Name,
-			Category: w.Category, Timestamp: ts, Properties: w.Properties, Context: w.Context, Integrations: w.Integrations}
-	case "alias":
-		return analytics.Alias{MessageID: w.MessageID, UserID: w.UserID, AnonymousID: w.AnonymousID, PreviousID: w.PreviousID,
-			Timestamp: ts, Context: w.Context, Integrations: w.Integrations}
-	}
-	return nil
+	msg, _ := m.(analytics.Message)
+	return msg
 }

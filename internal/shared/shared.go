@@ -17,3 +17,8 @@ import "time"
 // call would return (ErrClosed and ErrQueueFull excepted: they depend on a
 // client's state). Safe for concurrent use.
 var Prepare func(m any, now func() time.Time, newID func() string) (any, error)
+
+// Decode turns one event's JSON, as the client encodes it, back into the
+// analytics.Message it was encoded from (numbers as float64, nested
+// objects as map[string]any). Safe for concurrent use.
+var Decode func(raw []byte) (any, error)
