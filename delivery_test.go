@@ -1,0 +1,419 @@
+package analytics
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Behaviour tests of the delivery core: each one asserts what reached the
+// server (requests, messageIds, headers, timing under fake time), what
+// reached the callbacks, and when Close returned. None of them looks at
+// the waiting room or the consumers, so they hold whatever shape the core
+// takes.
+
+// ignoresCancel is a RoundTripper that does not honour the request's
+// context, as some custom transports do: a request it holds is answered
+// late, after Close has given up on it.
+type ignoresCancel struct{ *fakeAPI }
+
+func (t ignoresCancel) RoundTrip(r *http.Request) (*http.Response, error) {
+	return t.fakeAPI.RoundTrip(r.WithContext(context.Background()))
+}
+
+// errorsFor returns the OnError calls that included id.
+func (cb *callbacks) errorsFor(id string) []errCall {
+	var out []errCall
+	for _, e := range cb.errors() {
+		for _, m := range e.msgs {
+			if m.ID() == id {
+				out = append(out, e)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// requestsFor returns the requests whose first event is id.
+func requestsFor(reqs []seen, id string) []seen {
+	var out []seen
+	for _, r := range reqs {
+		if len(r.ids) > 0 && r.ids[0] == id {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// R2, R45: strings reach the server exactly as the caller wrote them,
+// backslashes, quotes and control characters included.
+func TestStringsReachTheServerIntact(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := newFakeAPI(nil)
+		cb := &callbacks{}
+		c := newTestClient(t, api, cb)
+		values := map[string]any{
+			"path":    `C:\Users\me\file.txt`,
+			"regex":   `^\d+\.\w*$`,
+			"trail":   `ends with \`,
+			"quote":   `say "hi" \"escaped\"`,
+			"control": "tab\tnl\ncr\r\x00\x1f",
+			"html":    "<a href='x'>&</a>",
+			"unicode": "é ☃ \u2028 \u2029 🎉",
+			"list":    []any{`a\b`, []string{`c\d`}},
+		}
+		require.NoError(t, c.Track(Track{MessageID: `id\with"quote`, UserID: `DOMAIN\user`, Event: `Saved C:\tmp`,
+			Properties: values, Context: Context{`k\ey`: `v\al`}}))
+		require.NoError(t, closeClient(t, c, time.Second))
+
+		reqs := api.requests()
+		require.Len(t, reqs, 1)
+		require.True(t, json.Valid(reqs[0].body), "the body is valid JSON: %s", reqs[0].body)
+		var env struct {
+			Batch []struct {
+				MessageID  string         `json:"messageId"`
+				UserID     string         `json:"userId"`
+				Event      string         `json:"event"`
+				Properties map[string]any `json:"properties"`
+				Context    map[string]any `json:"context"`
+			} `json:"batch"`
+		}
+		require.NoError(t, json.Unmarshal(reqs[0].body, &env))
+		require.Len(t, env.Batch, 1)
+		got := env.Batch[0]
+		assert.Equal(t, `id\with"quote`, got.MessageID)
+		assert.Equal(t, `DOMAIN\user`, got.UserID)
+		assert.Equal(t, `Saved C:\tmp`, got.Event)
+		assert.Equal(t, `v\al`, got.Context[`k\ey`])
+		want := map[string]any{}
+		raw, err := json.Marshal(values)
+		require.NoError(t, err)
+		require.NoError(t, json.Unmarshal(raw, &want))
+		assert.Equal(t, want, got.Properties)
+		assert.Equal(t, []string{`id\with"quote`}, cb.delivered())
+	})
+}
+
+// R34: a 2xx ends the rate-limit episode. A later, unrelated 429 opens a
+// new episode with its own MaxRateLimitDuration; a stale episode start
+// would fail it at once with ErrRateLimitDurationExceeded.
+func TestEpisodeEndsOn2xx(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := newFakeAPI(func(n int, r seen) reply {
+			switch {
+			case r.ids[0] == "e1" && n == 0:
+				return ra(429, "1")
+			case r.ids[0] == "e1":
+				return reply{status: 200}
+			case r.retryCount() == "":
+				// Answered 4.5 s after e1's episode began, 3.5 s after it
+				// ended with a 200.
+				return reply{status: 429, header: map[string]string{"Retry-After": "1"}, hold: time.Second}
+			}
+			return reply{status: 200}
+		})
+		cb := &callbacks{}
+		c := newTestClient(t, api, cb, WithFlushAt(1), WithMaxRateLimitDuration(4*time.Second))
+		defer stop(c)
+		start := time.Now()
+		mustTrack(t, c, "e1")
+		require.NoError(t, flush(t, c, time.Minute))
+		time.Sleep(2500 * time.Millisecond)
+		mustTrack(t, c, "e2")
+		require.NoError(t, flush(t, c, time.Minute))
+		reqs := api.requests()
+		require.Equal(t, []string{"e1#@0s", "e1#1@1s", "e2#@3.5s", "e2#1@5.5s"}, trace(reqs, start),
+			"e2's 429 at +4.5 s opens a new episode; e2 is sent again after its Retry-After")
+		assert.Empty(t, cb.errors())
+		assert.Equal(t, []string{"e1", "e2"}, cb.delivered())
+		require.NoError(t, closeClient(t, c, time.Second))
+	})
+}
+
+// R34 (a transport error is no response), R35: a transport error does not
+// end a rate-limit episode. e2 is answered 429 Retry-After: 1 again and
+// again while e1 meets transport errors; the episode still ends
+// MaxRateLimitDuration after e2's first 429, and e2 fails then.
+func TestTransportErrorDoesNotEndEpisode(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := newFakeAPI(func(n int, r seen) reply {
+			if r.ids[0] == "e2" {
+				return ra(429, "1")
+			}
+			if r.retryCount() != "4" {
+				return reply{err: errors.New("connection reset by peer")}
+			}
+			return reply{status: 200}
+		})
+		cb := &callbacks{}
+		c := newTestClient(t, api, cb, WithFlushAt(1), WithConsumers(2), WithMaxRateLimitDuration(3*time.Second))
+		defer stop(c)
+		start := time.Now()
+		mustTrack(t, c, "e1")
+		time.Sleep(100 * time.Millisecond)
+		mustTrack(t, c, "e2")
+		require.NoError(t, flush(t, c, time.Minute))
+
+		reqs := api.requests()
+		e2 := requestsFor(reqs, "e2")
+		require.NotEmpty(t, e2)
+		episode := e2[0].done
+		require.Len(t, cb.errorsFor("e2"), 1)
+		failed := cb.errorsFor("e2")[0]
+		assert.ErrorIs(t, failed.err, ErrRateLimitDurationExceeded)
+		assert.Equal(t, 3*time.Second, failed.at.Sub(episode), "e2 fails MaxRateLimitDuration after its first 429")
+		assert.Equal(t, []string{"e2#@100ms", "e2#1@1.1s", "e2#2@2.1s"}, trace(e2, start), "e2 is not sent after its episode ran out")
+		// e1's transport errors fell inside the episode.
+		e1 := requestsFor(reqs, "e1")
+		inside := 0
+		for _, r := range e1 {
+			if r.at.After(episode) && r.at.Before(failed.at) {
+				inside++
+			}
+		}
+		assert.GreaterOrEqual(t, inside, 1, "a transport error fell inside the episode (e1 at %v)", offsets(e1, start))
+		assert.Equal(t, []string{"e1"}, cb.delivered())
+		require.NoError(t, closeClient(t, c, time.Second))
+	})
+}
+
+func offsets(reqs []seen, start time.Time) []time.Duration {
+	out := make([]time.Duration, len(reqs))
+	for i, r := range reqs {
+		out[i] = r.at.Sub(start)
+	}
+	return out
+}
+
+// trace is a compact account of what reached the server, for assertions
+// and failure messages: "ids#X-Retry-Count@offset" per request.
+func trace(reqs []seen, start time.Time) []string {
+	out := make([]string, len(reqs))
+	for i, r := range reqs {
+		out[i] = fmt.Sprintf("%s#%s@%v", strings.Join(r.ids, ","), r.retryCount(), r.at.Sub(start))
+	}
+	return out
+}
+
+// stop closes c if a failed assertion left it open, so a failing test
+// reports its assertion and not a leaked consumer.
+func stop(c *Client) {
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_ = c.Close(ctx)
+}
+
+// R26, R35: a batch that waited for a Retry-After deadline and then met a
+// counted failure waits for its backoff, not for a deadline: when a later,
+// unrelated episode runs out, only the batches of that episode fail. e1 is
+// rate limited once, then answered 503 four times (its backoff grows to
+// about 4 s); e2's episode starts and runs out (1.5 s) meanwhile.
+func TestExpiredEpisodeSparesBatchesInBackoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := newFakeAPI(func(n int, r seen) reply {
+			switch {
+			case r.ids[0] == "e2":
+				return ra(429, "1")
+			case r.retryCount() == "":
+				return ra(429, "1")
+			case r.retryCount() < "5":
+				return reply{status: 503}
+			}
+			return reply{status: 200}
+		})
+		cb := &callbacks{}
+		c := newTestClient(t, api, cb, WithFlushAt(1), WithConsumers(2), WithMaxRateLimitDuration(1500*time.Millisecond))
+		defer stop(c)
+		start := time.Now()
+		mustTrack(t, c, "e1")
+		for len(requestsFor(api.requests(), "e1")) < 5 { // e1's fourth 503: it now backs off for about 4 s
+			time.Sleep(10 * time.Millisecond)
+		}
+		synctest.Wait()
+		mustTrack(t, c, "e2")
+		require.NoError(t, flush(t, c, time.Minute))
+
+		reqs := api.requests()
+		e1 := requestsFor(reqs, "e1")
+		assert.Equal(t, []string{"-", "1", "2", "3", "4", "5"}, retryCounts(e1), "e1 is sent until its 200: %v", trace(reqs, start))
+		assert.Equal(t, []string{"e1"}, cb.delivered())
+		assert.Empty(t, cb.errorsFor("e1"), "e1 waited for its backoff, not for e2's deadline")
+		require.Len(t, cb.errorsFor("e2"), 1)
+		assert.ErrorIs(t, cb.errorsFor("e2")[0].err, ErrRateLimitDurationExceeded)
+		require.NoError(t, closeClient(t, c, time.Second))
+	})
+}
+
+// R38, R39: a batch that goes back to wait just before Close's deadline
+// (answered 503, or 429 with a long Retry-After, while Close waits) is
+// handed back at the deadline, once, and counted in Close's error.
+func TestCloseHandsBackBatchesThatJustStartedWaiting(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := newFakeAPI(func(n int, r seen) reply {
+			if r.ids[0] == "e1" {
+				return reply{status: 503, hold: 900 * time.Millisecond}
+			}
+			return reply{status: 429, header: map[string]string{"Retry-After": "60"}, hold: 950 * time.Millisecond}
+		})
+		cb := &callbacks{}
+		c := newTestClient(t, api, cb, WithFlushAt(1), WithConsumers(2))
+		defer stop(c)
+		mustTrack(t, c, "e1")
+		mustTrack(t, c, "e2")
+		synctest.Wait() // both in flight
+		start := time.Now()
+		err := closeClient(t, c, time.Second)
+		elapsed := time.Since(start)
+		require.ErrorIs(t, err, ErrShutdownInterrupted)
+		assert.Contains(t, err.Error(), "2 event(s) handed back")
+		within(t, "Close", elapsed, time.Second, 1500*time.Millisecond)
+		time.Sleep(time.Minute)
+		assert.Len(t, api.requests(), 2, "nothing is sent after Close")
+		assert.Equal(t, map[string]int{"e1": 1, "e2": 1}, cb.dispositions())
+		assert.Equal(t, 2, cb.failedWith(ErrShutdownInterrupted))
+	})
+}
+
+// R38, R39, R42: a transport that ignores cancellation answers after Close
+// has returned. Whatever the answer would lead to (a counted retry, a
+// Retry-After wait, a split), the batch can no longer be sent and is handed
+// back with ErrShutdownInterrupted: no event is lost without a callback.
+// Close itself still returns by its deadline + 0.5 s (closeGrace).
+func TestLateResponseAfterCloseIsHandedBack(t *testing.T) {
+	for name, late := range map[string]reply{
+		"503":             {status: 503},
+		"429 Retry-After": {status: 429, header: map[string]string{"Retry-After": "5"}},
+		"413 split":       {status: 413},
+		"transport error": {err: errors.New("connection reset by peer")},
+	} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				late.hold = 10 * time.Second
+				api := newFakeAPI(sequence(late))
+				cb := &callbacks{}
+				c := newTestClient(t, ignoresCancel{api}, cb, WithFlushAt(2), WithConsumers(1))
+				defer stop(c)
+				mustTrack(t, c, "e1")
+				mustTrack(t, c, "e2")
+				synctest.Wait() // in flight, answered in 10 s whatever Close does
+				start := time.Now()
+				err := closeClient(t, c, time.Second)
+				elapsed := time.Since(start)
+				assert.ErrorIs(t, err, ErrShutdownInterrupted)
+				within(t, "Close", elapsed, time.Second, 1500*time.Millisecond)
+				assert.Empty(t, cb.dispositions(), "no answer yet")
+				time.Sleep(time.Minute) // the late answer arrives at +10 s
+				assert.Len(t, api.requests(), 1, "nothing is sent after Close")
+				assert.Equal(t, map[string]int{"e1": 1, "e2": 1}, cb.dispositions())
+				assert.Equal(t, 2, cb.failedWith(ErrShutdownInterrupted))
+				assert.Equal(t, int64(2), c.Stats().HandedBack)
+				assert.Zero(t, c.Stats().Pending)
+			})
+		})
+	}
+}
+
+// sizedTrack returns a Track whose encoded JSON is exactly n bytes (the
+// size limits of R45 are in encoded bytes).
+func sizedTrack(t testing.TB, id string, n int) Track {
+	t.Helper()
+	m := Track{MessageID: id, UserID: "u", Event: "e", Timestamp: time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC)}
+	size := func(m Track) int {
+		sc := getScratch()
+		defer putScratch(sc)
+		_, err := m.prepare(sc, false)
+		require.NoError(t, err)
+		return len(sc.enc.buf)
+	}
+	m.Properties = Properties{"pad": ""}
+	pad := n - size(m)
+	require.GreaterOrEqual(t, pad, 0)
+	m.Properties = Properties{"pad": strings.Repeat("x", pad)}
+	require.Equal(t, n, size(m))
+	return m
+}
+
+// R45: an event of exactly MaxEventBytes is accepted and delivered; one
+// byte more is rejected.
+func TestEventSizeLimitIsInclusive(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := newFakeAPI(nil)
+		cb := &callbacks{}
+		c := newTestClient(t, api, cb)
+		defer stop(c)
+		require.NoError(t, c.Track(sizedTrack(t, "limit", MaxEventBytes)))
+		assert.ErrorIs(t, c.Track(sizedTrack(t, "over", MaxEventBytes+1)), ErrEventTooLarge)
+		require.NoError(t, closeClient(t, c, time.Second))
+		reqs := api.requests()
+		require.Len(t, reqs, 1)
+		assert.Equal(t, []string{"limit"}, reqs[0].ids)
+		assert.Equal(t, []string{"limit"}, cb.delivered())
+	})
+}
+
+// R45: no request body exceeds MaxBatchBytes, envelope included, even when
+// the events alone come within a few bytes of it: 20 events of 24 999
+// bytes are 499 999 bytes with their commas.
+func TestBodyNeverExceedsMaxBatchBytes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := newFakeAPI(nil)
+		cb := &callbacks{}
+		c := newTestClient(t, api, cb, WithFlushAt(100))
+		defer stop(c)
+		var want []string
+		for i := 0; i < 20; i++ {
+			id := fmt.Sprintf("e%02d", i)
+			want = append(want, id)
+			require.NoError(t, c.Track(sizedTrack(t, id, 24_999)))
+		}
+		require.NoError(t, closeClient(t, c, time.Second))
+		var got []string
+		for _, r := range api.requests() {
+			assert.LessOrEqual(t, len(r.body), MaxBatchBytes, "body of %d events", len(r.ids))
+			got = append(got, r.ids...)
+		}
+		assert.ElementsMatch(t, want, got, "every event once")
+		assert.Len(t, cb.delivered(), 20)
+	})
+}
+
+// R23: a Retry-After date equal to the current second is not usable: the
+// batch takes counted backoff (W_1), not the rate-limited path with a zero
+// wait.
+func TestRetryAfterDateEqualToNowTakesBackoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := newFakeAPI(func(n int, r seen) reply {
+			if n == 0 {
+				if !r.at.Equal(r.at.Truncate(time.Second)) {
+					panic("the first request must arrive on a whole second")
+				}
+				return ra(429, r.at.UTC().Format(http.TimeFormat))
+			}
+			return reply{status: 200}
+		})
+		cb := &callbacks{}
+		c := newTestClient(t, api, cb, WithFlushAt(1))
+		defer stop(c)
+		mustTrack(t, c, "m1")
+		require.NoError(t, flush(t, c, time.Minute))
+		reqs := api.requests()
+		require.Len(t, reqs, 2)
+		lo, hi := window(1)
+		within(t, "gap_1", gap(reqs, 0), lo, hi)
+		assert.Equal(t, "1", reqs[1].retryCount())
+		assert.Zero(t, c.Stats().RateLimited, "not a usable Retry-After")
+		assert.Equal(t, int64(1), c.Stats().Retries, "a counted retry")
+		assert.Equal(t, []string{"m1"}, cb.delivered())
+		require.NoError(t, closeClient(t, c, time.Second))
+	})
+}
