@@ -13,6 +13,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // Behaviour tests of the delivery core: each one asserts what reached the
@@ -414,6 +417,57 @@ func TestRetryAfterDateEqualToNowTakesBackoff(t *testing.T) {
 		assert.Zero(t, c.Stats().RateLimited, "not a usable Retry-After")
 		assert.Equal(t, int64(1), c.Stats().Retries, "a counted retry")
 		assert.Equal(t, []string{"m1"}, cb.delivered())
+		require.NoError(t, closeClient(t, c, time.Second))
+	})
+}
+
+// R29, R46, R47: while a batch is being assembled (its FlushInterval runs
+// long), a batch in the waiting room is still sent again as soon as its
+// backoff ends, not when the open batch closes.
+func TestDueBatchNotHeldByOpenBatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := newFakeAPI(func(n int, r seen) reply {
+			if n == 0 {
+				return reply{status: 500}
+			}
+			return reply{status: 200}
+		})
+		cb := &callbacks{}
+		c := newTestClient(t, api, cb, WithFlushAt(2), WithFlushInterval(5*time.Second), WithConsumers(1))
+		defer stop(c)
+		start := time.Now()
+		mustTrack(t, c, "a1")
+		mustTrack(t, c, "a2") // a full batch: sent at once, answered 500
+		synctest.Wait()
+		mustTrack(t, c, "b1") // opens a batch that closes at +5 s
+		time.Sleep(6 * time.Second)
+		reqs := api.requests()
+		require.Equal(t, []string{"a1,a2#@0s", "a1,a2#1@" + reqs[1].at.Sub(start).String(), "b1#@5s"}, trace(reqs, start))
+		lo, hi := window(1)
+		within(t, "a1's backoff", gap(reqs, 0), lo, hi)
+		require.NoError(t, closeClient(t, c, time.Second))
+		assert.ElementsMatch(t, []string{"a1", "a2", "b1"}, cb.delivered())
+	})
+}
+
+// R51: the split of a batch answered 413 is logged at debug level with the
+// number of events split (never their content).
+func TestSplitIsLogged(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		core, logs := observer.New(zapcore.DebugLevel)
+		api := newFakeAPI(sequence(reply{status: 413}, reply{status: 200}))
+		cb := &callbacks{}
+		c := newTestClient(t, api, cb, WithFlushAt(3), WithConsumers(1), WithLogger(zap.New(core)))
+		defer stop(c)
+		for _, id := range []string{"e1", "e2", "e3"} {
+			mustTrack(t, c, id)
+		}
+		require.NoError(t, flush(t, c, time.Minute))
+		split := logs.FilterMessageSnippet("413").All()
+		require.Len(t, split, 1)
+		assert.Equal(t, zapcore.DebugLevel, split[0].Level)
+		assert.Equal(t, int64(3), split[0].ContextMap()["events"])
+		assert.Equal(t, []string{"e1", "e2", "e3"}, cb.delivered())
 		require.NoError(t, closeClient(t, c, time.Second))
 	})
 }
