@@ -471,3 +471,86 @@ func TestSplitIsLogged(t *testing.T) {
 		require.NoError(t, closeClient(t, c, time.Second))
 	})
 }
+
+// R46: the consumer is woken for each reason a batch may close, without
+// any other activity: the first event of a batch (its FlushInterval must
+// be timed) and the FlushAt-th event. Each event is given time to be
+// handled before the next, so no earlier wake-up can stand in.
+func TestBatchClosesWithoutOtherActivity(t *testing.T) {
+	t.Run("FlushInterval of a lone event", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			api := newFakeAPI(nil)
+			c := newTestClient(t, api, nil, WithFlushAt(100), WithFlushInterval(2*time.Second), WithConsumers(1))
+			defer stop(c)
+			start := time.Now()
+			mustTrack(t, c, "e1")
+			time.Sleep(time.Minute)
+			assert.Equal(t, []string{"e1#@2s"}, trace(api.requests(), start))
+			require.NoError(t, closeClient(t, c, time.Second))
+		})
+	})
+	t.Run("FlushAt", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			api := newFakeAPI(nil)
+			c := newTestClient(t, api, nil, WithFlushAt(3), WithFlushInterval(time.Hour), WithConsumers(1))
+			defer stop(c)
+			start := time.Now()
+			for _, id := range []string{"e1", "e2", "e3"} {
+				time.Sleep(time.Second)
+				mustTrack(t, c, id)
+				synctest.Wait()
+			}
+			assert.Equal(t, []string{"e1,e2,e3#@3s"}, trace(api.requests(), start))
+			require.NoError(t, closeClient(t, c, time.Second))
+		})
+	})
+}
+
+// R45: a batch closes when the queued events no longer fit its byte
+// budget (475 000 bytes of events and commas), not before: events that
+// fill it exactly wait for more, and the next event sends them at once.
+func TestBatchClosesAtByteBudget(t *testing.T) {
+	t.Run("exact fit, then one more", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			api := newFakeAPI(nil)
+			c := newTestClient(t, api, nil, WithFlushAt(1000), WithFlushInterval(time.Hour), WithConsumers(1))
+			defer stop(c)
+			var ids []string
+			for i := 0; i < 19; i++ { // 18 × 24 999 + 25 000 + 18 commas = 475 000
+				ids = append(ids, fmt.Sprintf("e%02d", i))
+				size := 24_999
+				if i == 18 {
+					size = 25_000
+				}
+				require.NoError(t, c.Track(sizedTrack(t, ids[i], size)))
+				synctest.Wait()
+			}
+			assert.Empty(t, api.requests(), "475 000 bytes fit one batch: it stays open")
+			require.NoError(t, c.Track(sizedTrack(t, "next", 200)))
+			synctest.Wait()
+			reqs := api.requests()
+			require.Len(t, reqs, 1, "the next event does not fit: the batch closes")
+			assert.Equal(t, ids, reqs[0].ids)
+			assert.LessOrEqual(t, len(reqs[0].body), MaxBatchBytes)
+			require.NoError(t, closeClient(t, c, time.Second))
+		})
+	})
+	t.Run("one byte over", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			api := newFakeAPI(nil)
+			c := newTestClient(t, api, nil, WithFlushAt(1000), WithFlushInterval(time.Hour), WithConsumers(1))
+			defer stop(c)
+			for i := 0; i < 18; i++ { // 18 × 25 000 + 17 commas = 450 017
+				require.NoError(t, c.Track(sizedTrack(t, fmt.Sprintf("e%02d", i), 25_000)))
+			}
+			synctest.Wait()
+			assert.Empty(t, api.requests())
+			require.NoError(t, c.Track(sizedTrack(t, "e18", 25_000))) // 475 018: over
+			synctest.Wait()
+			reqs := api.requests()
+			require.Len(t, reqs, 1)
+			assert.Len(t, reqs[0].ids, 18, "the 18 that fit go at once; e18 opens the next batch")
+			require.NoError(t, closeClient(t, c, time.Second))
+		})
+	})
+}
