@@ -554,3 +554,74 @@ func TestBatchClosesAtByteBudget(t *testing.T) {
 		})
 	})
 }
+
+// R3, R47: the halves of a batch answered 413 are due at the same
+// instant; the first half (the older events) is sent first.
+func TestSplitHalvesKeepEventOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := newFakeAPI(sequence(reply{status: 413}, reply{status: 200}))
+		cb := &callbacks{}
+		c := newTestClient(t, api, cb, WithFlushAt(4), WithConsumers(1))
+		defer stop(c)
+		start := time.Now()
+		for _, id := range []string{"e1", "e2", "e3", "e4"} {
+			mustTrack(t, c, id)
+		}
+		require.NoError(t, flush(t, c, time.Minute))
+		assert.Equal(t, []string{"e1,e2,e3,e4#@0s", "e1,e2#1@0s", "e3,e4#1@0s"}, trace(api.requests(), start))
+		assert.Equal(t, []string{"e1", "e2", "e3", "e4"}, cb.delivered())
+		require.NoError(t, closeClient(t, c, time.Second))
+	})
+}
+
+// R46: events left in the queue when a full batch is taken open the next
+// batch then, and it closes FlushInterval later (not FlushInterval after
+// the first batch opened).
+func TestRestOfQueueOpensNextBatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := newFakeAPI(nil)
+		c := newTestClient(t, api, nil, WithFlushAt(2), WithFlushInterval(10*time.Second), WithConsumers(1))
+		defer stop(c)
+		start := time.Now()
+		mustTrack(t, c, "e1") // opens a batch at 0 s
+		time.Sleep(5 * time.Second)
+		mustTrack(t, c, "e2") // full: taken at 5 s
+		mustTrack(t, c, "e3") // left in the queue: its batch opens at 5 s
+		time.Sleep(time.Minute)
+		assert.Equal(t, []string{"e1,e2#@5s", "e3#@15s"}, trace(api.requests(), start))
+		require.NoError(t, closeClient(t, c, time.Second))
+	})
+}
+
+// A Retry-After header present without a value (possible from a custom
+// RoundTripper) is an unparseable value: counted backoff, no panic.
+func TestEmptyRetryAfterHeader(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := newFakeAPI(sequence(reply{status: 503}, reply{status: 200}))
+		rt := emptyRetryAfter{api}
+		cb := &callbacks{}
+		c := newTestClient(t, rt, cb, WithFlushAt(1))
+		defer stop(c)
+		mustTrack(t, c, "m1")
+		require.NoError(t, flush(t, c, time.Minute))
+		reqs := api.requests()
+		require.Len(t, reqs, 2)
+		lo, hi := window(1)
+		within(t, "gap_1", gap(reqs, 0), lo, hi)
+		assert.Zero(t, c.Stats().RateLimited)
+		assert.Equal(t, []string{"m1"}, cb.delivered())
+		require.NoError(t, closeClient(t, c, time.Second))
+	})
+}
+
+// emptyRetryAfter adds a Retry-After header with no value to every non-2xx
+// answer.
+type emptyRetryAfter struct{ *fakeAPI }
+
+func (t emptyRetryAfter) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := t.fakeAPI.RoundTrip(r)
+	if err == nil && resp.StatusCode >= 300 {
+		resp.Header["Retry-After"] = []string{}
+	}
+	return resp, err
+}
