@@ -625,3 +625,68 @@ func (t emptyRetryAfter) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	return resp, err
 }
+
+// Enqueue takes every message type as a value or a non-nil pointer, and
+// rejects a nil pointer of any type with a *MessageError (never a panic).
+func TestEnqueueValuesPointersAndNil(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := newFakeAPI(nil)
+		cb := &callbacks{}
+		c := newTestClient(t, api, cb)
+		defer stop(c)
+		msgs := []Message{
+			Track{UserID: "u", Event: "e"}, &Track{UserID: "u", Event: "e"},
+			Identify{UserID: "u"}, &Identify{UserID: "u"},
+			Group{UserID: "u", GroupID: "g"}, &Group{UserID: "u", GroupID: "g"},
+			Page{UserID: "u"}, &Page{UserID: "u"},
+			Screen{UserID: "u"}, &Screen{UserID: "u"},
+			Alias{UserID: "u", PreviousID: "p"}, &Alias{UserID: "u", PreviousID: "p"},
+		}
+		for _, m := range msgs {
+			require.NoError(t, c.Enqueue(m), "%T", m)
+		}
+		for _, m := range []Message{(*Track)(nil), (*Identify)(nil), (*Group)(nil), (*Page)(nil), (*Screen)(nil), (*Alias)(nil), nil} {
+			err := c.Enqueue(m)
+			var me *MessageError
+			assert.ErrorAs(t, err, &me, "%T", m)
+			assert.ErrorIs(t, err, ErrInvalidMessage, "%T", m)
+		}
+		require.NoError(t, closeClient(t, c, time.Second))
+		var types []string
+		for _, r := range api.requests() {
+			for _, e := range r.decoded["batch"].([]any) {
+				types = append(types, e.(map[string]any)["type"].(string))
+			}
+		}
+		assert.Equal(t, []string{"track", "track", "identify", "identify", "group", "group", "page", "page", "screen", "screen", "alias", "alias"}, types)
+	})
+}
+
+// R43, R51: rejected events are reported in one warning per
+// dropReportInterval (10 s), not one per attempt, and the rest at Close.
+func TestDropWarningsAreAggregated(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		core, logs := observer.New(zapcore.WarnLevel)
+		api := newFakeAPI(func(int, seen) reply { return reply{status: 200, hold: time.Second} })
+		c := newTestClient(t, api, nil, WithFlushAt(1), WithConsumers(1), WithQueueCapacity(1), WithLogger(zap.New(core)))
+		defer stop(c)
+		for round := 0; round < 4; round++ { // four attempts within 4 s, drops before each ends
+			mustTrack(t, c, fmt.Sprintf("e%d", round))
+			synctest.Wait() // in flight
+			mustTrack(t, c, fmt.Sprintf("q%d", round))
+			assert.ErrorIs(t, c.Track(track("drop")), ErrQueueFull)
+			require.NoError(t, flush(t, c, time.Minute))
+		}
+		var counts []int64
+		for _, e := range logs.FilterMessage("events rejected because the queue was full").All() {
+			counts = append(counts, e.ContextMap()["events"].(int64))
+		}
+		assert.Equal(t, []int64{1}, counts, "the first drop is reported at once, the next ones wait for the interval")
+		require.NoError(t, closeClient(t, c, time.Second))
+		counts = counts[:0]
+		for _, e := range logs.FilterMessage("events rejected because the queue was full").All() {
+			counts = append(counts, e.ContextMap()["events"].(int64))
+		}
+		assert.Equal(t, []int64{1, 3}, counts, "Close reports the rest")
+	})
+}

@@ -223,7 +223,7 @@ func TestQueueByteCountDoesNotDrift(t *testing.T) {
 		for i := 0; i < 240_000; i++ {
 			require.NoError(t, q.push(event{data: data}))
 			if b, _ := q.take(time.Now()); b != nil {
-				require.Len(t, b.events, 1000)
+				require.Equal(t, 1000, len(b.events), "a full batch by count")
 			}
 		}
 		require.NoError(t, q.push(event{data: data}))

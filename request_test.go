@@ -69,6 +69,14 @@ func TestExcerpt(t *testing.T) {
 	assert.LessOrEqual(t, len(long), maxExcerpt+len("…"))
 	assert.True(t, strings.HasSuffix(long, "…"))
 	assert.Equal(t, "\uFFFD", excerpt([]byte{0xff}))
+	// Exactly maxExcerpt bytes are kept whole, without an ellipsis; one
+	// more is cut there.
+	exact := strings.Repeat("x", maxExcerpt)
+	assert.Equal(t, exact, excerpt([]byte(exact)))
+	assert.Equal(t, exact+"…", excerpt([]byte(exact+"y")))
+	// A cut never splits a character: 3-byte runes do not end on byte 512.
+	euros := excerpt(bytes.Repeat([]byte("€"), 400))
+	assert.Equal(t, strings.Repeat("€", maxExcerpt/3)+"…", euros)
 }
 
 // loopback is a real HTTP server on 127.0.0.1 recording requests.
