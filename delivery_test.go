@@ -284,6 +284,66 @@ func TestCloseHandsBackBatchesThatJustStartedWaiting(t *testing.T) {
 		assert.Len(t, api.requests(), 2, "nothing is sent after Close")
 		assert.Equal(t, map[string]int{"e1": 1, "e2": 1}, cb.dispositions())
 		assert.Equal(t, 2, cb.failedWith(ErrShutdownInterrupted))
+		// The hand-back carries the last answer each batch had (R38).
+		for id, status := range map[string]int{"e1": 503, "e2": 429} {
+			errs := cb.errorsFor(id)
+			require.Len(t, errs, 1)
+			var de *DeliveryError
+			require.ErrorAs(t, errs[0].err, &de)
+			assert.Equal(t, 1, de.Attempts, id)
+			requireHTTPStatus(t, de.Last, status)
+		}
+	})
+}
+
+// R40: a request cut off by Close's deadline is handed back with the
+// cancellation as its last error, not an earlier answer.
+func TestCloseCancelsRetryInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := newFakeAPI(sequence(reply{status: 503}, reply{status: 200, hold: time.Hour}))
+		cb := &callbacks{}
+		c := newTestClient(t, api, cb, WithFlushAt(1), WithConsumers(1))
+		defer stop(c)
+		mustTrack(t, c, "e1")
+		time.Sleep(2 * time.Second) // answered 503, sent again, now in flight
+		require.Len(t, api.requests(), 2)
+		err := closeClient(t, c, time.Second)
+		require.ErrorIs(t, err, ErrShutdownInterrupted)
+		errs := cb.errorsFor("e1")
+		require.Len(t, errs, 1)
+		var de *DeliveryError
+		require.ErrorAs(t, errs[0].err, &de)
+		assert.ErrorIs(t, de.Reason, ErrShutdownInterrupted)
+		assert.ErrorIs(t, de.Last, context.Canceled, "the cut-off request, not the earlier 503")
+		assert.Equal(t, 2, de.Attempts)
+	})
+}
+
+// A panicking callback is logged once, with its value; a callback that
+// returns normally logs nothing.
+func TestCallbackPanicIsLogged(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		core, logs := observer.New(zapcore.ErrorLevel)
+		api := newFakeAPI(nil)
+		calls := 0
+		c := newTestClient(t, api, nil, WithFlushAt(1), WithConsumers(1), WithLogger(zap.New(core)),
+			WithOnSuccess(func(m []Message) {
+				calls++
+				if m[0].ID() == "boom" {
+					panic("boom")
+				}
+			}))
+		defer stop(c)
+		mustTrack(t, c, "fine")
+		require.NoError(t, flush(t, c, time.Second))
+		assert.Zero(t, logs.Len(), "nothing to report")
+		mustTrack(t, c, "boom")
+		require.NoError(t, flush(t, c, time.Second))
+		panics := logs.FilterMessage("analytics callback panicked").All()
+		require.Len(t, panics, 1)
+		assert.Equal(t, "boom", panics[0].ContextMap()["panic"])
+		require.NoError(t, closeClient(t, c, time.Second))
+		assert.Equal(t, 2, calls)
 	})
 }
 
