@@ -750,3 +750,22 @@ func TestDropWarningsAreAggregated(t *testing.T) {
 		assert.Equal(t, []int64{1, 3}, counts, "Close reports the rest")
 	})
 }
+
+// R11: a redirect loop ends after 10 requests (Go's limit); the last 307
+// then fails the batch as a redirect, and nothing is retried.
+func TestRedirectLoopEnds(t *testing.T) {
+	srv := newLoopback(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		w.Header().Set("Location", "/v1/batch")
+		w.WriteHeader(http.StatusTemporaryRedirect)
+	})
+	cb := &callbacks{}
+	c, err := New("abc", append(cb.options(), WithEndpoint(srv.URL))...)
+	require.NoError(t, err)
+	mustTrack(t, c, "m1")
+	require.NoError(t, closeClient(t, c, 5*time.Second))
+	reqs, _ := srv.requests()
+	assert.Len(t, reqs, 10, "the request and 9 redirects followed")
+	require.Len(t, cb.errors(), 1)
+	he := requireHTTPStatus(t, cb.errors()[0].err, http.StatusTemporaryRedirect)
+	assert.Equal(t, KindRedirect, he.Kind)
+}

@@ -77,6 +77,9 @@ func TestExcerpt(t *testing.T) {
 	// A cut never splits a character: 3-byte runes do not end on byte 512.
 	euros := excerpt(bytes.Repeat([]byte("€"), 400))
 	assert.Equal(t, strings.Repeat("€", maxExcerpt/3)+"…", euros)
+	// A long body of continuation bytes has no place to cut: nothing of it
+	// is kept, and nothing panics.
+	assert.Equal(t, "…", excerpt(bytes.Repeat([]byte{0x80}, 600)))
 }
 
 // loopback is a real HTTP server on 127.0.0.1 recording requests.
