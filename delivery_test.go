@@ -769,3 +769,54 @@ func TestRedirectLoopEnds(t *testing.T) {
 	he := requireHTTPStatus(t, cb.errors()[0].err, http.StatusTemporaryRedirect)
 	assert.Equal(t, KindRedirect, he.Kind)
 }
+
+// R40, R42: a 2xx that arrives after Close's deadline (from a transport
+// that ignores cancellation) is a delivery: the server has the events, so
+// they get OnSuccess, not a hand-back that would invite a re-send.
+func TestLateSuccessAfterCloseIsDelivered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := newFakeAPI(sequence(reply{status: 200, hold: 10 * time.Second}))
+		cb := &callbacks{}
+		c := newTestClient(t, ignoresCancel{api}, cb, WithFlushAt(1), WithConsumers(1))
+		defer stop(c)
+		mustTrack(t, c, "e1")
+		synctest.Wait()
+		err := closeClient(t, c, time.Second)
+		assert.ErrorIs(t, err, ErrShutdownInterrupted, "Close could not wait for the answer")
+		time.Sleep(time.Minute)
+		assert.Equal(t, []string{"e1"}, cb.delivered())
+		assert.Empty(t, cb.errors())
+		assert.Equal(t, int64(1), c.Stats().Delivered)
+	})
+}
+
+// R51: the drop warning is repeated once dropReportInterval has passed
+// since the last one (at 10 s exactly, not only after it).
+func TestDropWarningRepeatsAfterInterval(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		core, logs := observer.New(zapcore.WarnLevel)
+		api := newFakeAPI(func(int, seen) reply { return reply{status: 200, hold: time.Second} })
+		c := newTestClient(t, api, nil, WithFlushAt(1), WithConsumers(1), WithQueueCapacity(1), WithLogger(zap.New(core)))
+		defer stop(c)
+		drop := func(round int) { // an event in flight for 1 s, one queued, one dropped
+			mustTrack(t, c, fmt.Sprintf("e%d", round))
+			synctest.Wait()
+			mustTrack(t, c, fmt.Sprintf("q%d", round))
+			assert.ErrorIs(t, c.Track(track("drop")), ErrQueueFull)
+		}
+		start := time.Now()
+		drop(0) // reported when e0's attempt ends, at 1 s
+		require.NoError(t, flush(t, c, time.Minute))
+		time.Sleep(start.Add(10 * time.Second).Sub(time.Now()))
+		drop(1) // e1's attempt ends at 11 s: 10 s after the first warning
+		synctest.Wait()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		var at []time.Duration
+		for _, e := range logs.FilterMessage("events rejected because the queue was full").All() {
+			at = append(at, e.Time.Sub(start))
+		}
+		assert.Equal(t, []time.Duration{time.Second, 11 * time.Second}, at)
+		require.NoError(t, closeClient(t, c, time.Second))
+	})
+}
