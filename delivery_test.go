@@ -278,6 +278,7 @@ func TestCloseHandsBackBatchesThatJustStartedWaiting(t *testing.T) {
 		err := closeClient(t, c, time.Second)
 		elapsed := time.Since(start)
 		require.ErrorIs(t, err, ErrShutdownInterrupted)
+		assert.ErrorIs(t, err, context.DeadlineExceeded, "Close's error carries the context's cause")
 		assert.Contains(t, err.Error(), "2 event(s) handed back")
 		within(t, "Close", elapsed, time.Second, 1500*time.Millisecond)
 		time.Sleep(time.Minute)
@@ -542,6 +543,7 @@ func TestBatchClosesWithoutOtherActivity(t *testing.T) {
 			api := newFakeAPI(nil)
 			c := newTestClient(t, api, nil, WithFlushAt(100), WithFlushInterval(2*time.Second), WithConsumers(1))
 			defer stop(c)
+			synctest.Wait() // the consumer is idle, waiting for work
 			start := time.Now()
 			mustTrack(t, c, "e1")
 			time.Sleep(time.Minute)
@@ -554,6 +556,7 @@ func TestBatchClosesWithoutOtherActivity(t *testing.T) {
 			api := newFakeAPI(nil)
 			c := newTestClient(t, api, nil, WithFlushAt(3), WithFlushInterval(time.Hour), WithConsumers(1))
 			defer stop(c)
+			synctest.Wait() // the consumer is idle, waiting for work
 			start := time.Now()
 			for _, id := range []string{"e1", "e2", "e3"} {
 				time.Sleep(time.Second)
@@ -592,6 +595,21 @@ func TestBatchClosesAtByteBudget(t *testing.T) {
 			require.Len(t, reqs, 1, "the next event does not fit: the batch closes")
 			assert.Equal(t, ids, reqs[0].ids)
 			assert.LessOrEqual(t, len(reqs[0].body), MaxBatchBytes)
+			require.NoError(t, closeClient(t, c, time.Second))
+		})
+	})
+	t.Run("commas count", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			api := newFakeAPI(nil)
+			c := newTestClient(t, api, nil, WithFlushAt(1000), WithFlushInterval(time.Hour), WithConsumers(1))
+			defer stop(c)
+			for i := 0; i < 20; i++ { // 474 990 bytes of events, 475 009 with 19 commas
+				require.NoError(t, c.Track(sizedTrack(t, fmt.Sprintf("e%02d", i), 23_749+i%2)))
+			}
+			synctest.Wait()
+			reqs := api.requests()
+			require.Len(t, reqs, 1)
+			assert.Len(t, reqs[0].ids, 19, "the 20th event would pass the budget by its comma")
 			require.NoError(t, closeClient(t, c, time.Second))
 		})
 	})
@@ -817,6 +835,59 @@ func TestDropWarningRepeatsAfterInterval(t *testing.T) {
 			at = append(at, e.Time.Sub(start))
 		}
 		assert.Equal(t, []time.Duration{time.Second, 11 * time.Second}, at)
+		require.NoError(t, closeClient(t, c, time.Second))
+	})
+}
+
+// R41: each Flush waits for exactly the events accepted before it, while
+// older and newer events finish at other times.
+func TestFlushesWaitForTheirOwnEvents(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := newFakeAPI(func(n int, r seen) reply {
+			if r.ids[0] == "e1" {
+				return reply{status: 200, hold: 2 * time.Second}
+			}
+			return reply{status: 200, hold: 4 * time.Second}
+		})
+		c := newTestClient(t, api, nil, WithFlushAt(1), WithConsumers(2))
+		defer stop(c)
+		start := time.Now()
+		returned := make([]time.Duration, 2)
+		done := make(chan struct{}, 2)
+		flushAsync := func(i int) {
+			go func() {
+				_ = c.Flush(context.Background())
+				returned[i] = time.Since(start)
+				done <- struct{}{}
+			}()
+		}
+		mustTrack(t, c, "e1")
+		synctest.Wait()
+		flushAsync(0) // waits for e1
+		synctest.Wait()
+		mustTrack(t, c, "e2")
+		synctest.Wait()
+		flushAsync(1) // waits for e1 and e2
+		<-done
+		<-done
+		assert.Equal(t, []time.Duration{2 * time.Second, 4 * time.Second}, returned)
+		require.NoError(t, closeClient(t, c, time.Second))
+	})
+}
+
+// R39, R46: Flush closes the open batch at once; it does not wait for
+// FlushInterval.
+func TestFlushSendsOpenBatchAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := newFakeAPI(nil)
+		c := newTestClient(t, api, nil, WithFlushAt(100), WithFlushInterval(time.Hour), WithConsumers(1))
+		defer stop(c)
+		synctest.Wait()
+		start := time.Now()
+		mustTrack(t, c, "e1")
+		synctest.Wait() // the consumer times the open batch
+		require.NoError(t, flush(t, c, time.Minute))
+		assert.Equal(t, []string{"e1#@0s"}, trace(api.requests(), start))
 		require.NoError(t, closeClient(t, c, time.Second))
 	})
 }

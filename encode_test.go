@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -132,5 +133,33 @@ func TestNestingLimit(t *testing.T) {
 		require.ErrorAs(t, err, &me, "%s: %d levels", name, maxNesting+2)
 		assert.Equal(t, "properties", me.Field)
 		assert.ErrorIs(t, err, errTooDeep)
+	}
+}
+
+// Floats take exponent notation exactly where encoding/json does (below
+// 1e-6 or from 1e21 on, judged in the value's own precision), and keep
+// their value.
+func TestFloatNotationMatchesEncodingJSON(t *testing.T) {
+	values := []any{
+		0.0, 1e-6, 9.99e-7, 1e21, 9.99e20, 9.9999999999e20, -1e-6, -1e21, 123.456,
+		float32(1e-6), float32(9.99e-7), float32(1e21), float32(9.99e20), float32(-1e21), float32(0.1),
+	}
+	for _, v := range values {
+		buf, err := encodeTrack(t, Track{MessageID: "m", UserID: "u", Event: "e", Properties: Properties{"v": v}})
+		require.NoError(t, err)
+		var got struct {
+			Properties struct {
+				V json.RawMessage `json:"v"`
+			} `json:"properties"`
+		}
+		require.NoError(t, json.Unmarshal(buf, &got))
+		want, err := json.Marshal(v)
+		require.NoError(t, err)
+		assert.Equal(t, strings.ContainsAny(string(want), "eE"), strings.ContainsAny(string(got.Properties.V), "eE"),
+			"%T %v: encoding/json writes %s, the encoder %s", v, v, want, got.Properties.V)
+		var a, b float64
+		require.NoError(t, json.Unmarshal(want, &a))
+		require.NoError(t, json.Unmarshal(got.Properties.V, &b))
+		assert.Equal(t, a, b, "%T %v", v, v)
 	}
 }
