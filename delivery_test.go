@@ -825,7 +825,7 @@ func TestDropWarningRepeatsAfterInterval(t *testing.T) {
 		start := time.Now()
 		drop(0) // reported when e0's attempt ends, at 1 s
 		require.NoError(t, flush(t, c, time.Minute))
-		time.Sleep(start.Add(10 * time.Second).Sub(time.Now()))
+		time.Sleep(time.Until(start.Add(10 * time.Second)))
 		drop(1) // e1's attempt ends at 11 s: 10 s after the first warning
 		synctest.Wait()
 		time.Sleep(time.Second)
