@@ -293,18 +293,23 @@ func (c *Client) Close(ctx context.Context) error {
 		c.ownTransport.CloseIdleConnections() // no keep-alive goroutines outlive Close
 	}
 	rest := c.q.drain()
-	for _, b := range c.room.close() {
-		rest = append(rest, b.events...)
-		b.events = b.events[:0]
-		recycle(b)
+	waiting := c.room.close() // handed back batch by batch: each keeps its Last and Attempts
+	handing := len(rest)
+	for _, b := range waiting {
+		handing += len(b.events)
 	}
-	n := c.settle.stats.handedBack.Load() - handedBefore + int64(len(rest))
-	if len(rest) > 0 {
+	n := c.settle.stats.handedBack.Load() - handedBefore + int64(handing)
+	if handing > 0 {
 		err := &DeliveryError{Reason: ErrShutdownInterrupted, Kept: c.disk != nil}
 		settled := make(chan struct{})
 		go func() {
 			defer close(settled)
-			c.settle.events(rest, err)
+			for _, b := range waiting {
+				c.settle.handBack(b, nil)
+			}
+			if len(rest) > 0 {
+				c.settle.events(rest, err)
+			}
 		}()
 		if grace == nil {
 			<-settled // not interrupted: no deadline to keep
@@ -312,7 +317,7 @@ func (c *Client) Close(ctx context.Context) error {
 			select {
 			case <-settled:
 			case <-grace:
-				c.log.Error("hand-back callbacks still running when Close returned", zap.Int("events", len(rest)))
+				c.log.Error("hand-back callbacks still running when Close returned", zap.Int("events", handing))
 			}
 		}
 	}

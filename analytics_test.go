@@ -22,7 +22,26 @@ import (
 )
 
 // R2: stamping fills only what the caller left empty; golden wire format.
+// The stamped timestamp and sentAt are UTC ("Z") whatever the host's zone:
+// the test runs under UTC and under zones east and west of it (time.Local
+// is swapped for the test and restored), so it fails on a UTC host too if
+// the SDK ever stamps local time.
 func TestStampingAndWireFormat(t *testing.T) {
+	zones := []*time.Location{time.UTC, time.FixedZone("IST", 5*3600+1800), time.FixedZone("HST", -10*3600)}
+	if ny, err := time.LoadLocation("America/New_York"); err == nil {
+		zones = append(zones, ny)
+	}
+	for _, zone := range zones {
+		t.Run(zone.String(), func(t *testing.T) {
+			saved := time.Local
+			time.Local = zone
+			t.Cleanup(func() { time.Local = saved })
+			stampingAndWireFormat(t)
+		})
+	}
+}
+
+func stampingAndWireFormat(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		api := newFakeAPI(nil)
 		cb := &callbacks{}
@@ -52,7 +71,8 @@ func TestStampingAndWireFormat(t *testing.T) {
 
 		identify := env.Batch[1]
 		assert.Len(t, identify["messageId"], 36, "generated UUID")
-		assert.Equal(t, "2000-01-01T00:00:00Z", identify["timestamp"], "stamped with now (synctest epoch)")
+		assert.Equal(t, "2000-01-01T00:00:00Z", identify["timestamp"], "stamped with now (synctest epoch), in UTC")
+		assert.Equal(t, "2000-01-01T00:00:00Z", reqs[0].sentAt, "sentAt in UTC")
 		assert.Equal(t, map[string]any{"ip": "1.2.3.4", "library": lib}, identify["context"])
 		assert.Equal(t, "a1", identify["anonymousId"])
 		assert.NotContains(t, identify, "userId")

@@ -2,6 +2,7 @@ package analytics
 
 import (
 	"encoding/json"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -136,4 +137,112 @@ func TestJSONNumberChecked(t *testing.T) {
 		zeros += strings.Count(string(r.body), `"n":0}`)
 	}
 	assert.Equal(t, 2, zeros, `json.Number("0") and the empty json.Number are 0, as in encoding/json`)
+}
+
+// encodeTrack encodes m as the client would at enqueue.
+func encodeTrack(t *testing.T, m Track) ([]byte, error) {
+	t.Helper()
+	sc := getScratch()
+	defer putScratch(sc)
+	_, err := m.prepare(sc, false)
+	return append([]byte(nil), sc.enc.buf...), err
+}
+
+// Property values of every kind the encoder writes itself come out as
+// encoding/json would write them: the decoded properties are equal, and
+// the event is valid JSON.
+func TestEncodedValuesMatchEncodingJSON(t *testing.T) {
+	values := map[string]any{
+		"nil":          nil,
+		"bools":        []any{true, false},
+		"ints":         []any{0, -1, int64(math.MinInt64), int32(math.MaxInt32), uint(7), uint64(math.MaxUint64), uint32(9)},
+		"floats":       []any{0.0, -0.5, 1e-7, 1e21, 123456.789, float32(1.5), float32(1e-7), float32(3e21)},
+		"nil list":     []any(nil),
+		"empty list":   []any{},
+		"list":         []any{"a", `b\c`, 1, []any{true, nil}, map[string]any{"k": "v"}},
+		"nil strings":  []string(nil),
+		"empty strs":   []string{},
+		"strings":      []string{"x", `y\z`, "\"q\"", "\x01"},
+		"map":          map[string]any{"a": map[string]any{"b": []any{1, 2}}},
+		"time":         time.Date(2024, 2, 29, 12, 0, 0, 5, time.FixedZone("X", 3600)),
+		"raw":          json.RawMessage(`{"r":[1,2]}`),
+		"other":        struct{ A int }{A: 3},
+		"invalid utf8": "a\x80b\xffc\xc3",
+		"utf8":         "é\u2028🎉",
+	}
+	buf, err := encodeTrack(t, Track{MessageID: "m", UserID: "u", Event: "e", Properties: values})
+	require.NoError(t, err)
+	require.True(t, json.Valid(buf), "%s", buf)
+	var got struct {
+		Properties map[string]any `json:"properties"`
+	}
+	require.NoError(t, json.Unmarshal(buf, &got))
+	want := map[string]any{}
+	raw, err := json.Marshal(values)
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(raw, &want))
+	assert.Equal(t, want, got.Properties)
+	// Absent and nil lists are null, empty ones [], as encoding/json writes them.
+	assert.Contains(t, string(buf), `"nil list":null`)
+	assert.Contains(t, string(buf), `"nil strings":null`)
+	assert.Contains(t, string(buf), `"empty list":[]`)
+	assert.Contains(t, string(buf), `"empty strs":[]`)
+	assert.Contains(t, string(buf), `"invalid utf8":"a\ufffdb\ufffdc\ufffd"`)
+}
+
+// Maps and lists share one nesting limit: the properties object and up
+// to 64 levels below it are accepted, one level more is rejected with a
+// *MessageError naming the field.
+func TestNestingLimit(t *testing.T) {
+	maps := func(n int) Properties { // n nested objects, properties included
+		var v any = 1
+		for i := 0; i < n; i++ {
+			v = map[string]any{"k": v}
+		}
+		return Properties(v.(map[string]any))
+	}
+	lists := func(n int) Properties { // properties and n-1 nested lists
+		var v any = 1
+		for i := 1; i < n; i++ {
+			v = []any{v}
+		}
+		return Properties{"k": v}
+	}
+	for name, nest := range map[string]func(int) Properties{"maps": maps, "lists": lists} {
+		_, err := encodeTrack(t, Track{UserID: "u", Event: "e", Properties: nest(maxNesting + 1)})
+		assert.NoError(t, err, "%s: %d levels", name, maxNesting+1)
+		_, err = encodeTrack(t, Track{UserID: "u", Event: "e", Properties: nest(maxNesting + 2)})
+		var me *MessageError
+		require.ErrorAs(t, err, &me, "%s: %d levels", name, maxNesting+2)
+		assert.Equal(t, "properties", me.Field)
+		assert.ErrorIs(t, err, errTooDeep)
+	}
+}
+
+// Floats take exponent notation exactly where encoding/json does (below
+// 1e-6 or from 1e21 on, judged in the value's own precision), and keep
+// their value.
+func TestFloatNotationMatchesEncodingJSON(t *testing.T) {
+	values := []any{
+		0.0, 1e-6, 9.99e-7, 1e21, 9.99e20, 9.9999999999e20, -1e-6, -1e21, 123.456,
+		float32(1e-6), float32(9.99e-7), float32(1e21), float32(9.99e20), float32(-1e21), float32(0.1),
+	}
+	for _, v := range values {
+		buf, err := encodeTrack(t, Track{MessageID: "m", UserID: "u", Event: "e", Properties: Properties{"v": v}})
+		require.NoError(t, err)
+		var got struct {
+			Properties struct {
+				V json.RawMessage `json:"v"`
+			} `json:"properties"`
+		}
+		require.NoError(t, json.Unmarshal(buf, &got))
+		want, err := json.Marshal(v)
+		require.NoError(t, err)
+		assert.Equal(t, strings.ContainsAny(string(want), "eE"), strings.ContainsAny(string(got.Properties.V), "eE"),
+			"%T %v: encoding/json writes %s, the encoder %s", v, v, want, got.Properties.V)
+		var a, b float64
+		require.NoError(t, json.Unmarshal(want, &a))
+		require.NoError(t, json.Unmarshal(got.Properties.V, &b))
+		assert.Equal(t, a, b, "%T %v", v, v)
+	}
 }

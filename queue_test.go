@@ -211,3 +211,24 @@ func TestEnqueueContextWaitsForWaitingBatches(t *testing.T) {
 		assert.Len(t, api.requests(), 3)
 	})
 }
+
+// R45, R46: the queue's byte count follows the events exactly, however
+// many have passed through it: after 240 000 events (a long-running
+// process), a lone event still waits for its FlushInterval instead of
+// being taken as if the queue held more than a batch can carry.
+func TestQueueByteCountDoesNotDrift(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) { // fake time stands still: the interval is exact
+		q := newQueue(newCapacity(1<<20), 1000, batchEventBytes, time.Hour)
+		data := []byte(`{"e":1234}`)
+		for i := 0; i < 240_000; i++ {
+			require.NoError(t, q.push(event{data: data}))
+			if b, _ := q.take(time.Now()); b != nil {
+				require.Equal(t, 1000, len(b.events), "a full batch by count")
+			}
+		}
+		require.NoError(t, q.push(event{data: data}))
+		b, open := q.take(time.Now())
+		require.Nil(t, b, "a lone event is not a full batch")
+		assert.Equal(t, time.Hour, open)
+	})
+}

@@ -14,8 +14,10 @@ import (
 	"go.uber.org/zap"
 )
 
-// U1, R19: one parse gives one value for the decision and the deadline,
-// also 0.999 s before a second boundary.
+// U1, R19, D27: one parse gives one value for the decision and the
+// deadline, also 0.999 s before a second boundary: the value is rounded up
+// to 1 s, and the batch is sent again exactly 1 s after the answer (not
+// 0.999 s, which would be before the stated instant, and not at once).
 func TestParseOnceAcrossSecondBoundary(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 1_000_000, time.UTC) // 0.999 s before 12:00:01
 	header := now.Truncate(time.Second).Add(time.Second).Format(http.TimeFormat)
@@ -23,13 +25,28 @@ func TestParseOnceAcrossSecondBoundary(t *testing.T) {
 	require.Equal(t, outcomeRateLimited, v.outcome)
 	assert.Equal(t, time.Second, v.delay, "the path and the deadline use the same rounded-up value")
 
-	r := newWaitingRoom(time.Hour, newCapacity(10))
-	mono := time.Now()
-	_, expired, ok := r.rateLimited(mono, v.delay, &batch{})
-	require.True(t, ok)
-	require.Empty(t, expired)
-	wait, _ := r.gate(mono)
-	assert.Equal(t, time.Second, wait, "episode open implies a deadline")
+	synctest.Test(t, func(t *testing.T) {
+		api := newFakeAPI(func(n int, r seen) reply {
+			if n == 0 {
+				// Answered 1 ms after a whole second, naming the next one.
+				next := r.at.Truncate(time.Second).Add(time.Second)
+				return reply{status: 429, header: map[string]string{"Retry-After": next.Format(http.TimeFormat)}, hold: time.Millisecond}
+			}
+			return reply{status: 200}
+		})
+		cb := &callbacks{}
+		c := newTestClient(t, api, cb, WithFlushAt(1))
+		mustTrack(t, c, "m1")
+		require.NoError(t, flush(t, c, time.Minute))
+		reqs := api.requests()
+		require.Len(t, reqs, 2)
+		require.Equal(t, time.Millisecond, reqs[0].done.Sub(reqs[0].done.Truncate(time.Second)))
+		assert.Equal(t, time.Second, gap(reqs, 0), "waited the rounded-up value")
+		assert.Equal(t, "1", reqs[1].retryCount())
+		assert.Equal(t, int64(1), c.Stats().RateLimited)
+		assert.Equal(t, []string{"m1"}, cb.delivered())
+		require.NoError(t, closeClient(t, c, time.Second))
+	})
 }
 
 // R31, R33, R34, R35, R55: the room keeps the episode apart from the

@@ -77,6 +77,17 @@ func TestExcerpt(t *testing.T) {
 	assert.LessOrEqual(t, len(long), maxExcerpt+len("…"))
 	assert.True(t, strings.HasSuffix(long, "…"))
 	assert.Equal(t, "\uFFFD", clip(excerpt([]byte{0xff})))
+	// Exactly maxExcerpt bytes are kept whole, without an ellipsis; one
+	// more is cut there.
+	exact := strings.Repeat("x", maxExcerpt)
+	assert.Equal(t, exact, clip(excerpt([]byte(exact))))
+	assert.Equal(t, exact+"…", clip(excerpt([]byte(exact+"y"))))
+	// A cut never splits a character: 3-byte runes do not end on byte 512.
+	euros := clip(excerpt(bytes.Repeat([]byte("€"), 400)))
+	assert.Equal(t, strings.Repeat("€", maxExcerpt/3)+"…", euros)
+	// A long body of continuation bytes has no place to cut: nothing of it
+	// is kept, and nothing panics.
+	assert.Equal(t, "…", clip(excerpt(bytes.Repeat([]byte{0x80}, 600))))
 }
 
 // loopback is a real HTTP server on 127.0.0.1 recording requests.

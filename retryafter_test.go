@@ -2,6 +2,7 @@ package analytics
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -83,14 +84,26 @@ func TestParseRetryAfterDateEdges(t *testing.T) {
 	assert.Equal(t, retryAfterUsable, kind)
 	assert.Equal(t, 3*time.Second, d, "rounded up to whole seconds")
 	_, kind = parseRetryAfter(at(0), now)
-	assert.Equal(t, retryAfterNotPositive, kind, "a date at or before now")
+	assert.Equal(t, retryAfterNotPositive, kind, "a date before now (0.25 s ago after truncation)")
+	whole := now.Truncate(time.Second)
+	d, kind = parseRetryAfter(whole.Format(http.TimeFormat), whole)
+	assert.Equal(t, retryAfterNotPositive, kind, "a date equal to now")
+	assert.Zero(t, d)
+	d, kind = parseRetryAfter(whole.Add(time.Second).Format(http.TimeFormat), whole)
+	assert.Equal(t, retryAfterUsable, kind, "a date one second after now")
+	assert.Equal(t, time.Second, d)
 	_, kind = parseRetryAfter("Wed, 21 Oct 2015 07:28:00 GMT", now)
 	assert.Equal(t, retryAfterNotPositive, kind)
 	d, _ = parseRetryAfter(at(time.Hour), now)
 	assert.Equal(t, MaxRetryAfter, d)
 }
 
-// The parser never panics, and a usable delay is whole seconds in (0, 300].
+// The parser never panics, a usable delay is whole seconds in (0, 300],
+// and an IMF-fixdate is usable exactly when it is after now, with the
+// distance rounded up and capped. The seed corpus in
+// testdata/fuzz/FuzzParseRetryAfter covers the edges of R20–R25 (a date
+// equal to now, one second either side, the cap, 0, negative, huge,
+// fractional, garbage, whitespace); `go test` runs it on every run.
 func FuzzParseRetryAfter(f *testing.F) {
 	for _, s := range []string{"10", "0", "-5", "+5", "2.5", "99999999999999999999", "Wed, 21 Oct 2037 07:28:00 GMT",
 		"Wed, 21 Oct 2037 07:28:00 -0000", "Wednesday, 21-Oct-37 07:28:00 GMT", "Wed Oct 21 07:28:00 2037", "", " ", "\x00"} {
@@ -107,6 +120,18 @@ func FuzzParseRetryAfter(f *testing.F) {
 		default:
 			if d != 0 {
 				t.Fatalf("parseRetryAfter(%q) = %v with kind %d", s, d, kind)
+			}
+		}
+		if at, err := time.Parse(http.TimeFormat, strings.Trim(s, " \t")); err == nil {
+			want, wantKind := time.Duration(0), retryAfterNotPositive
+			switch dist := at.Sub(now); {
+			case dist >= MaxRetryAfter:
+				want, wantKind = MaxRetryAfter, retryAfterUsable
+			case dist > 0:
+				want, wantKind = (dist+time.Second-1)/time.Second*time.Second, retryAfterUsable
+			}
+			if kind != wantKind || d != want {
+				t.Fatalf("parseRetryAfter(%q) = %v, %d; want %v, %d", s, d, kind, want, wantKind)
 			}
 		}
 	})

@@ -23,14 +23,17 @@
 //
 // Scenarios marked [slow] in docs/delivery.md (S15, S22, S24 and the full S44) run
 // in real time only with E2E_SLOW=1; the root package covers them with
-// synctest unit tests.
+// synctest unit tests, and each skip names its test (slow_test.go checks
+// that they exist).
 //
 // Run with:
 //
 //	go test -race ./e2e/...
 //	E2E_SLOW=1 go test -race -run 'TestS(15|22|24|44)' -timeout 30m ./e2e
 //
-// Environment: E2E_SLOW=1 runs the [slow] scenarios; E2E_CLI_RACE=1 builds
+// Environment: CI=true makes a missing Node toolchain (node v20+ and
+// e2e/node/node_modules) fail the Node comparison instead of skipping it;
+// E2E_SLOW=1 runs the [slow] scenarios; E2E_CLI_RACE=1 builds
 // the e2e-cli with -race as well (more CPU, noisier timing);
 // E2E_SOAK_EVENTS sets the size of TestSoak. Timing windows follow
 // docs/delivery.md §6.3 (ε = 0.25 s); a scenario that fails only on timing is retried up to

@@ -1159,12 +1159,21 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// slow skips a [slow] scenario unless E2E_SLOW=1.
+// slow skips a [slow] scenario unless E2E_SLOW=1. The skip names the
+// root-package test that covers the scenario under fake time
+// (testing/synctest) on every run (slowCoveredBy); a [slow] scenario
+// without one fails.
 func slow(t *testing.T) {
 	t.Helper()
-	if os.Getenv("E2E_SLOW") != "1" {
-		t.Skip("[slow] scenario: set E2E_SLOW=1 to run it in real time; CI covers it with synctest unit tests in the root package")
+	if os.Getenv("E2E_SLOW") == "1" {
+		return
 	}
+	cover, ok := slowCoveredBy[t.Name()]
+	if !ok {
+		t.Fatalf("[slow] scenario %s names no fake-time test in slowCoveredBy", t.Name())
+	}
+	t.Skipf("[slow] scenario: set E2E_SLOW=1 to run it in real time; every run covers it under fake time with %s in the root package (go test -run '%s' .)",
+		cover, "^"+strings.ReplaceAll(regexp.QuoteMeta(cover), "/", "$/^")+"$")
 }
 
 // ---------------------------------------------------------------------------

@@ -66,32 +66,49 @@ type nodeOutput struct {
 
 const nodeSkip = "the Node reference client needs node (v20+) and e2e/node/node_modules; .ci/run installs them; run `cd e2e/node && npm ci`"
 
-// nodeRef returns the node binary and the ref-client script, or skips.
+// nodeRef returns the node binary and the ref-client script. Without a
+// usable Node toolchain it skips, with the reason, on a developer machine,
+// and fails under CI=true: CI installs Node and the dependencies, so a
+// missing toolchain there is a broken CI, not a reason to compare nothing.
 func nodeRef(t *testing.T) (node, script string) {
 	t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
-		t.Skip("node not found on PATH: " + nodeSkip)
+		noNode(t, "node not found on PATH: "+nodeSkip)
 	}
 	dir, err := filepath.Abs("node")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@segment", "analytics-node", "package.json")); err != nil {
-		t.Skip("e2e/node/node_modules is missing: " + nodeSkip)
+		noNode(t, "e2e/node/node_modules is missing: "+nodeSkip)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	v, err := exec.CommandContext(ctx, node, "--version").Output()
 	if err != nil {
-		t.Skipf("node --version failed (%v): %s", err, nodeSkip)
+		noNode(t, fmt.Sprintf("node --version failed (%v): %s", err, nodeSkip))
 	}
 	var major int
 	if _, err := fmt.Sscanf(strings.TrimSpace(string(v)), "v%d", &major); err != nil || major < 20 {
-		t.Skipf("node %s is older than v20: %s", strings.TrimSpace(string(v)), nodeSkip)
+		noNode(t, fmt.Sprintf("node %s is older than v20: %s", strings.TrimSpace(string(v)), nodeSkip))
 	}
 	return node, filepath.Join(dir, "ref-client.mjs")
 }
+
+// noNode stops a test that needs the Node reference client: a failure
+// under CI=true, a skip elsewhere.
+func noNode(t *testing.T, why string) {
+	t.Helper()
+	if inCI() {
+		t.Fatal("CI=true, but the Node comparison cannot run: " + why)
+	}
+	t.Skip(why)
+}
+
+// inCI reports whether the tests run in CI (CI=true, as CI services and
+// .ci/run under them set it).
+func inCI() bool { return os.Getenv("CI") == "true" }
 
 // runNode runs the reference client with in.
 func runNode(t testing.TB, node, script string, in input) (nodeOutput, string) {
