@@ -891,3 +891,28 @@ func TestFlushSendsOpenBatchAtOnce(t *testing.T) {
 		require.NoError(t, closeClient(t, c, time.Second))
 	})
 }
+
+// R39: when Close's deadline passes but every event still gets its outcome
+// within the grace period (here a 2xx that arrives 200 ms after the
+// deadline, from a transport that ignores cancellation), nothing was handed
+// back, so Close returns nil: an error saying "0 handed back" would only
+// be a false alarm for the caller.
+func TestCloseNilWhenOutcomesArriveWithinGrace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := newFakeAPI(sequence(reply{status: 200, hold: 1200 * time.Millisecond}))
+		cb := &callbacks{}
+		c := newTestClient(t, ignoresCancel{api}, cb, WithFlushAt(2), WithConsumers(1))
+		defer stop(c)
+		mustTrack(t, c, "e1")
+		mustTrack(t, c, "e2")
+		synctest.Wait() // in flight, answered 200 at +1.2 s
+		start := time.Now()
+		err := closeClient(t, c, time.Second)
+		elapsed := time.Since(start)
+		assert.NoError(t, err, "every event got its outcome before Close returned")
+		within(t, "Close", elapsed, 1200*time.Millisecond, 1500*time.Millisecond)
+		assert.Equal(t, map[string]int{"e1": 1, "e2": 1}, cb.dispositions())
+		assert.Zero(t, cb.failedWith(ErrShutdownInterrupted))
+		assert.Equal(t, int64(2), c.Stats().Delivered)
+	})
+}
