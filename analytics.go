@@ -300,7 +300,7 @@ func (c *Client) Close(ctx context.Context) error {
 	}
 	n := c.settle.stats.handedBack.Load() - handedBefore + int64(handing)
 	if handing > 0 {
-		err := &DeliveryError{Reason: ErrShutdownInterrupted, Kept: c.disk != nil}
+		err := c.settle.handBackError(nil, 0) // never sent
 		settled := make(chan struct{})
 		go func() {
 			defer close(settled)

@@ -50,8 +50,14 @@ func (s *settler) handBack(b *batch, cause error) {
 	if cause != nil {
 		last = cause
 	}
-	s.events(b.events, &DeliveryError{Reason: ErrShutdownInterrupted, Last: last, Attempts: b.attempts, Kept: s.disk != nil})
+	s.events(b.events, s.handBackError(last, b.attempts))
 	recycle(b)
+}
+
+// handBackError is the error every handed-back event gets (R38): in durable
+// mode the event stays on disk for the next start (Kept).
+func (s *settler) handBackError(last error, attempts int) *DeliveryError {
+	return &DeliveryError{Reason: ErrShutdownInterrupted, Last: last, Attempts: attempts, Kept: s.disk != nil}
 }
 
 // rateLimitExceeded fails batches whose rate-limit episode ran out (R35).
@@ -71,7 +77,8 @@ func (s *settler) rateLimitExceeded(bs []*batch) {
 // the ledger is discharged; handed-back events stay on disk.
 func (s *settler) events(evs []event, err error) {
 	n := int64(len(evs))
-	if s.disk != nil && !errors.Is(err, ErrShutdownInterrupted) {
+	handedBack := errors.Is(err, ErrShutdownInterrupted)
+	if s.disk != nil && !handedBack {
 		s.disk.ack(evs)
 	}
 	switch {
@@ -81,7 +88,7 @@ func (s *settler) events(evs []event, err error) {
 			s.callback(func() { s.onSuccess(messages(evs)) })
 		}
 	default:
-		if errors.Is(err, ErrShutdownInterrupted) {
+		if handedBack {
 			s.stats.handedBack.Add(n)
 			s.log.Error("events handed back at shutdown", zap.Int64("events", n), zap.Error(err))
 		} else {
