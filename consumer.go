@@ -144,14 +144,13 @@ func (w *consumer) attempt(b *batch) {
 		w.log.Warn("unparseable Retry-After; retrying with backoff", // R25, R51
 			zap.String("retryAfter", resp.retryAfter), zap.Int("status", resp.status))
 	}
+	if err == nil && v.outcome != outcomeRateLimited {
+		w.endEpisode() // R34: a response without a usable Retry-After; a transport error is no response
+	}
 	switch v.outcome {
 	case outcomeDelivered:
-		w.endEpisode()
 		w.settle.delivered(b)
 	case outcomeFailed:
-		if err == nil {
-			w.endEpisode()
-		}
 		if b.lastStatus == http.StatusRequestEntityTooLarge && err == nil && len(b.events) > 1 {
 			w.split(b, now) // R3: the server stored nothing
 			return
@@ -168,9 +167,6 @@ func (w *consumer) attempt(b *batch) {
 			w.settle.handBack(b, nil)
 		}
 	case outcomeRetry:
-		if err == nil {
-			w.endEpisode() // R34 (c); a transport error is no response
-		}
 		w.retryLater(b, now)
 	}
 }
