@@ -5,7 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/rsa"
-	"encoding/hex"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -493,19 +493,7 @@ func (t *tokenSource) assertion(now time.Time) (string, error) {
 func newJTI() string {
 	var u [16]byte
 	_, _ = rand.Read(u[:]) // never fails (crypto/rand)
-	u[6] = u[6]&0x0f | 0x40
-	u[8] = u[8]&0x3f | 0x80
-	var s [36]byte
-	hex.Encode(s[0:8], u[0:4])
-	s[8] = '-'
-	hex.Encode(s[9:13], u[4:6])
-	s[13] = '-'
-	hex.Encode(s[14:18], u[6:8])
-	s[18] = '-'
-	hex.Encode(s[19:23], u[8:10])
-	s[23] = '-'
-	hex.Encode(s[24:], u[10:])
-	return string(s[:])
+	return string(appendUUIDFrom(make([]byte, 0, 36), binary.BigEndian.Uint64(u[:8]), binary.BigEndian.Uint64(u[8:])))
 }
 
 // tokenLifetime reads expires_in (seconds, a JSON number or string).

@@ -171,7 +171,12 @@ func NewMessageID() string {
 }
 
 func appendUUID(dst []byte) []byte {
-	hi, lo := rand.Uint64(), rand.Uint64()
+	return appendUUIDFrom(dst, rand.Uint64(), rand.Uint64())
+}
+
+// appendUUIDFrom appends the version-4 UUID made of the random bits hi, lo
+// (their version and variant bits are overwritten).
+func appendUUIDFrom(dst []byte, hi, lo uint64) []byte {
 	hi = hi&^(0xf<<12) | 0x4<<12 // version 4
 	lo = lo&^(0x3<<62) | 0x2<<62 // RFC 4122 variant
 	for i := 0; i < 16; i++ {
