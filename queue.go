@@ -79,7 +79,7 @@ func (q *queue) push(ev event) error {
 	q.ring[(q.head+q.n)%len(q.ring)] = ev
 	q.n++
 	before := q.bytes
-	q.bytes += len(ev.data) + 1 + q.perEvent
+	q.bytes += q.weight(ev)
 	if q.n == 1 {
 		q.openedAt = time.Now()
 	}
@@ -117,13 +117,21 @@ func (q *queue) pushWait(ctx context.Context, ev event) error {
 }
 
 func (q *queue) grow() {
-	size := max(min(len(q.ring)*2, q.maxRing), q.n+1) // more than maxRing only after a preload
+	q.resize(max(min(len(q.ring)*2, q.maxRing), q.n+1)) // more than maxRing only after a preload
+}
+
+// resize moves the queued events to a ring of size places (≥ q.n).
+func (q *queue) resize(size int) {
 	ring := make([]event, size)
 	for i := 0; i < q.n; i++ {
 		ring[i] = q.ring[(q.head+i)%len(q.ring)]
 	}
 	q.ring, q.head = ring, 0
 }
+
+// weight is what ev adds to the body: its JSON, a comma, and the per-event
+// sentAt when that option is on (R45, R59).
+func (q *queue) weight(ev event) int { return len(ev.data) + 1 + q.perEvent }
 
 // overBytes reports whether the queued events are more than one batch can
 // carry (R45).
@@ -185,17 +193,13 @@ func (q *queue) preload(evs []event) {
 	}
 	q.mu.Lock()
 	if len(q.ring) < q.n+len(evs) {
-		ring := make([]event, q.n+len(evs))
-		for i := 0; i < q.n; i++ {
-			ring[i] = q.ring[(q.head+i)%len(q.ring)]
-		}
-		q.ring, q.head = ring, 0
+		q.resize(q.n + len(evs))
 	}
 	for _, ev := range evs {
 		ev.epoch = q.ledger.add()
 		q.ring[(q.head+q.n)%len(q.ring)] = ev
 		q.n++
-		q.bytes += len(ev.data) + 1
+		q.bytes += q.weight(ev) // as push counts it, so popping evens out
 	}
 	q.openedAt = time.Now()
 	q.mu.Unlock()
@@ -209,7 +213,7 @@ func (q *queue) popLocked() event {
 	q.ring[q.head] = event{}
 	q.head = (q.head + 1) % len(q.ring)
 	q.n--
-	q.bytes -= len(ev.data) + 1 + q.perEvent
+	q.bytes -= q.weight(ev)
 	return ev
 }
 
