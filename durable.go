@@ -290,14 +290,19 @@ func (d *durable) append(ev *event, data []byte) error {
 // ack records the outcome of evs; their space is reclaimed with their
 // segment.
 func (d *durable) ack(evs []event) {
-	n := 0
+	onDisk := evs
 	for i := range evs {
-		if evs[i].seg != nil {
-			evs[n] = evs[i]
-			n++
+		if evs[i].seg == nil { // never written: ack the others from a copy, the caller's slice stays as it is
+			onDisk = make([]event, 0, len(evs))
+			for _, ev := range evs {
+				if ev.seg != nil {
+					onDisk = append(onDisk, ev)
+				}
+			}
+			break
 		}
 	}
-	if err := d.log.Ack(n, func(i int) (*diskbuf.Segment, uint32) { return evs[i].seg, evs[i].off }); err != nil {
+	if err := d.log.Ack(len(onDisk), func(i int) (*diskbuf.Segment, uint32) { return onDisk[i].seg, onDisk[i].off }); err != nil {
 		d.zlog.Error("disk buffer: acknowledgement not written; the events may be sent again by a later client",
 			zap.String("dir", d.dir), zap.Error(err))
 	}
