@@ -148,8 +148,19 @@ func missing(typ, field string) error {
 	return &MessageError{Type: typ, Field: field, Reason: "is required"}
 }
 
+// blank is the error of a required id given only as white space or
+// invisible characters (R65).
+func blank(typ, field string) error {
+	return &MessageError{Type: typ, Field: field, Reason: "is required (only white space or invisible characters given)"}
+}
+
+// requireIdentity checks that the event has a userId or an anonymousId; an
+// id that is blank after trimming counts as absent (R65).
 func requireIdentity(typ, userID, anonymousID string) error {
-	if userID == "" && anonymousID == "" {
+	if blankID(userID) && blankID(anonymousID) {
+		if userID != "" || anonymousID != "" {
+			return blank(typ, "UserID or AnonymousID")
+		}
 		return missing(typ, "UserID or AnonymousID")
 	}
 	return nil
@@ -185,7 +196,10 @@ func (m Alias) Validate() error {
 	if m.PreviousID == "" {
 		return missing("alias", "PreviousID")
 	}
-	if m.UserID == "" {
+	if blankID(m.UserID) {
+		if m.UserID != "" {
+			return blank("alias", "UserID")
+		}
 		return missing("alias", "UserID")
 	}
 	return nil
