@@ -69,6 +69,7 @@ type Client struct {
 	withMessages bool      // a callback is registered: events carry a copy of their Message
 	defaults     *defaults // WithDefaultContext, WithDefaultProperties; nil without them
 	disk         *durable  // WithDiskBuffer; nil in memory mode
+	limits       *limits   // the server's limits learned from its refusals (R67, R68)
 
 	closed          atomic.Bool        // fast path for enqueue after Close
 	retire          chan struct{}      // closed by Close once consumers are no longer needed
@@ -90,6 +91,7 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 	places := newCapacity(s.QueueCapacity)
 	q := newQueue(places, s.FlushAt, batchEventBytes, s.FlushInterval)
 	q.perEvent = eventSentAtExtra(s.EventSentAt) // R45 with R59
+	lim := newLimits(q, s.writeKey)
 	c := &Client{
 		cfg:  s.Config,
 		log:  s.logger,
@@ -105,6 +107,7 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 		withMessages: s.onSuccess != nil || s.onError != nil,
 		defaults:     newDefaults(s.defaultContext, s.defaultProperties),
 		retire:       make(chan struct{}),
+		limits:       lim,
 	}
 	if s.disk != nil {
 		var replay []event
@@ -136,6 +139,7 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 		w := &consumer{
 			q: c.q, room: c.room, sender: newSender(&s, httpClient), auth: c.auth, settle: c.settle,
 			policy: policy, log: c.log, interrupt: c.interrupt, retire: c.retire, onAttempt: s.attemptHook,
+			limits: lim,
 		}
 		go func() {
 			defer c.consumers.Done()

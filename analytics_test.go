@@ -182,7 +182,7 @@ func TestExactlyOneDispositionConcurrentSafe(t *testing.T) {
 		case k%40 == 3 && r.Header.Get("X-Retry-Count") == "": // few, short backoffs: each holds a consumer (R29)
 			w.WriteHeader(500)
 		case k%7 == 5:
-			w.WriteHeader(400)
+			w.WriteHeader(422) // fails whole (a 400 would be isolated, R66)
 		}
 	})
 	cb := &callbacks{}
@@ -216,7 +216,7 @@ func TestExactlyOneDispositionConcurrentSafe(t *testing.T) {
 	assert.Len(t, disp, n)
 	s := c.Stats()
 	assert.Equal(t, int64(n), s.Delivered+s.Failed+s.HandedBack)
-	assert.Positive(t, s.Failed, "the 400s failed some batches")
+	assert.Positive(t, s.Failed, "the 422s failed some batches")
 	assert.Zero(t, s.Pending)
 }
 

@@ -36,6 +36,9 @@ type batch struct {
 	firstFailure time.Time                   // first counted failure, monotonic (R28)
 	lastErr      error                       // last *HTTPError or *TransportError
 	lastStatus   int                         // last HTTP status received, 0 if none
+	tooMany      int                         // 429s without a usable Retry-After in a row (R68)
+	isolation    *isolation                  // request budget of a 400 being isolated (R66); nil if none
+	cut          bool                        // a half of a split (R3, R66, R68): sent as it is
 }
 
 // batches keeps ended batches for reuse: a batch's event slice (FlushAt

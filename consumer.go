@@ -26,6 +26,7 @@ type consumer struct {
 	retire    <-chan struct{} // closed when Close no longer needs consumers
 	timer     *time.Timer
 	onAttempt func(AttemptInfo) // WithAttemptHook; nil without (see observe.go)
+	limits    *limits           // what the server's refusals taught (isolate.go)
 }
 
 // retryPolicy is what the consumer needs of the configuration.
@@ -112,7 +113,7 @@ func (w *consumer) sleep(d time.Duration, retire <-chan struct{}) bool {
 // attempt makes one attempt of b and passes b on. The loop around attempts
 // is ours; the backoff library only supplies delays.
 func (w *consumer) attempt(b *batch) {
-	if !w.passGate(b) || !w.authorize(b) {
+	if w.fit(b) || !w.passGate(b) || !w.authorize(b) { // fit: R67, R68
 		return
 	}
 	if b.retryPending {
@@ -146,6 +147,9 @@ func (w *consumer) attempt(b *batch) {
 	}
 	if err == nil && v.outcome != outcomeRateLimited {
 		w.endEpisode() // R34: a response without a usable Retry-After; a transport error is no response
+	}
+	if w.adapt(b, resp, err, v, now) { // R66–R68 (isolate.go)
+		return
 	}
 	switch v.outcome {
 	case outcomeDelivered:
@@ -222,25 +226,10 @@ func (w *consumer) retryLater(b *batch, now time.Time) {
 // budgets: counted retries used, first counted failure, backoff state. A
 // split is not a retry of its own and spends no budget.
 func (w *consumer) split(b *batch, now time.Time) {
-	mid := len(b.events) / 2
-	second := newBatch(len(b.events) - mid)
-	second.events = append(second.events, b.events[mid:]...)
-	clear(b.events[mid:])
-	b.events = b.events[:mid]
-	b.bytes, second.bytes = eventBytes(b.events), eventBytes(second.events)
-	second.attempts, second.retries = b.attempts, b.retries
-	second.firstFailure, second.lastErr, second.lastStatus = b.firstFailure, b.lastErr, b.lastStatus
-	b.rateLimited, b.retryPending = false, false
-	if b.backoff != nil {
-		bo := *b.backoff // the state travels; the instance is not shared
-		second.backoff = &bo
-	}
-	w.log.Debug("batch answered 413: sending it again as two halves", zap.Int("events", mid+len(second.events)))
-	for _, h := range []*batch{b, second} {
-		if !w.room.wait(h, now) {
-			w.settle.handBack(h, nil)
-		}
-	}
+	b.rateLimited, b.retryPending, b.cut = false, false, true
+	w.log.Debug("batch answered 413: sending it again as two halves", zap.Int("events", len(b.events)))
+	first, second := w.halve(b) // isolate.go
+	w.park(first, second, now, now)
 }
 
 // eventBytes is the size of evs in a body: their JSON and the commas

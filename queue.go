@@ -162,7 +162,7 @@ func (q *queue) take(now time.Time) (*batch, time.Duration) {
 		if len(b.events) > 0 {
 			size++ // comma
 		}
-		if b.bytes+size+(len(b.events)+1)*q.perEvent > q.maxBytes {
+		if len(b.events) > 0 && b.bytes+size+(len(b.events)+1)*q.perEvent > q.maxBytes {
 			break
 		}
 		b.events = append(b.events, q.popLocked())
@@ -181,6 +181,16 @@ func (q *queue) take(now time.Time) (*batch, time.Duration) {
 		q.onTake()
 	}
 	return b, 0
+}
+
+// setBudget changes where batches close (R67, R68): at maxBytes of events
+// (with separators and per-event sentAt) and at flushAt events. A consumer
+// is woken, since the queued events may already make a batch.
+func (q *queue) setBudget(maxBytes, flushAt int) {
+	q.mu.Lock()
+	q.maxBytes, q.flushAt = maxBytes, flushAt
+	q.mu.Unlock()
+	signal(q.ready)
 }
 
 // preload queues events replayed from the disk buffer ahead of any new

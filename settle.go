@@ -154,6 +154,12 @@ type Stats struct {
 	Retries        int64 // counted retries sent (a retry cut off by Close is not counted)
 	RateLimited    int64 // responses with a usable Retry-After
 	RateLimitWaits int64 // waits of a consumer at the closed rate-limit gate
+	Isolations     int64 // batches answered 400 and sent again as two halves to isolate the events at fault (R66)
+
+	// Limits learned from the server's refusals since New (R67, R68); 0
+	// until one is learned. Batches close at or below them.
+	BodyLimit  int64 // request body in bytes (uncompressed), after a 413
+	EventLimit int64 // events per batch, after repeated 429s without Retry-After
 
 	// Enqueue calls by outcome: each returns nil (Accepted) or exactly one
 	// error, counted by reason (ErrQueueFull is Dropped, above).
@@ -173,6 +179,7 @@ type counters struct {
 	delivered, failed, handedBack, dropped atomic.Int64
 	batches, requests, retries             atomic.Int64
 	rateLimited, rateLimitWaits            atomic.Int64
+	isolations                             atomic.Int64
 
 	accepted, rejectedInvalid, rejectedTooLarge, rejectedClosed atomic.Int64
 	rejectedDisk                                                atomic.Int64
@@ -214,6 +221,9 @@ func (c *Client) Stats() Stats {
 		Retries:        s.retries.Load(),
 		RateLimited:    s.rateLimited.Load(),
 		RateLimitWaits: s.rateLimitWaits.Load(),
+		Isolations:     s.isolations.Load(),
+		BodyLimit:      int64(c.limits.bodyLimit()),
+		EventLimit:     int64(c.limits.eventLimit()),
 
 		Accepted:         s.accepted.Load(),
 		RejectedInvalid:  s.rejectedInvalid.Load(),

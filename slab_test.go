@@ -48,7 +48,7 @@ func runIntegrity(t *testing.T, withCallbacks bool) {
 		case x < 20:
 			return ra(429, "1")
 		case x < 23:
-			return reply{status: 400}
+			return reply{status: 422} // fails whole (a 400 would be isolated, R66)
 		case x < 30:
 			return reply{status: 200, hold: 2 * time.Second}
 		}

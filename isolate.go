@@ -1,0 +1,299 @@
+package analytics
+
+import (
+	"math/bits"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// This file holds what the client learns from a server's refusals and how
+// it cuts a batch to get past them (docs/delivery.md R66–R68):
+//
+//   - a 400 on a batch of several events: the batch is halved until the
+//     events at fault are alone, within a request budget (R66);
+//   - a 413: the smallest refused body and the largest accepted one bound
+//     the size at which batches close from then on (R67);
+//   - a batch answered 429 without a usable Retry-After twice in a row:
+//     it is halved, and the smallest batch refused so and the largest one
+//     delivered bound the number of events per batch from then on (R68).
+
+// maxFrame is the most a body adds around its events: the envelope, the
+// longest sentAt and the write key (as encoded). Batches close at the
+// learned body limit less this (R67).
+func maxFrame(writeKey string) int {
+	return len(`{"batch":[],"sentAt":"","writeKey":}`) + len("2006-01-02T15:04:05.999999999Z") +
+		len(appendString(nil, writeKey))
+}
+
+// limits is what the client has learned of the server's limits since New
+// (R67, R68). It is shared by every consumer and read by Stats; it sets the
+// queue's byte and event budgets when it learns something.
+type limits struct {
+	q        *queue
+	frame    int // maxFrame of the write key
+	flushAt  int // the configured FlushAt
+	maxBytes int // the configured byte budget of a batch's events (R45)
+
+	mu             sync.Mutex
+	refusedBody    int // smallest body answered 413; 0: none yet
+	acceptedBody   int // largest body answered 2xx that is below refusedBody, since the first 413
+	refusedEvents  int // fewest events in a batch split after repeated 429s (R68); 0: none yet
+	acceptedEvents int // most events in a batch answered 2xx that is below refusedEvents, since then
+
+	body   atomic.Int64 // learned body limit in bytes; 0: none (Stats.BodyLimit)
+	events atomic.Int64 // learned events per batch; 0: none (Stats.EventLimit)
+}
+
+func newLimits(q *queue, writeKey string) *limits {
+	return &limits{q: q, frame: maxFrame(writeKey), flushAt: q.flushAt, maxBytes: q.maxBytes}
+}
+
+// bodyLimit and eventLimit are the learned limits, 0 when none is known.
+func (l *limits) bodyLimit() int  { return int(l.body.Load()) }
+func (l *limits) eventLimit() int { return int(l.events.Load()) }
+
+// accepted records a body of size bytes with n events answered 2xx.
+func (l *limits) accepted(size, n int) {
+	if l.body.Load() == 0 && l.events.Load() == 0 {
+		return // nothing learned: nothing to raise (the common case takes no lock)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.refusedBody > 0 && size < l.refusedBody && size > l.acceptedBody {
+		l.acceptedBody = size
+	}
+	if l.refusedEvents > 0 && n < l.refusedEvents && n > l.acceptedEvents {
+		l.acceptedEvents = n
+	}
+	l.applyLocked()
+}
+
+// refusedSize records a body of size bytes answered 413 (R67).
+func (l *limits) refusedSize(size int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.refusedBody == 0 || size < l.refusedBody {
+		l.refusedBody = size
+		if l.acceptedBody >= size {
+			l.acceptedBody = 0 // the server's limit went down: what it accepted before no longer says anything
+		}
+	}
+	l.applyLocked()
+}
+
+// refusedCount records a batch of n events split after repeated 429s
+// (R68).
+func (l *limits) refusedCount(n int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.refusedEvents == 0 || n < l.refusedEvents {
+		l.refusedEvents = n
+		if l.acceptedEvents >= n {
+			l.acceptedEvents = 0
+		}
+	}
+	l.applyLocked()
+}
+
+// tooManyForServer reports whether a batch of n events is larger than any
+// delivered since the first split after repeated 429s (R68): only then
+// is its size the suspect.
+func (l *limits) tooManyForServer(n int) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return n > l.acceptedEvents
+}
+
+// applyLocked derives the limits and hands them to the queue: batches
+// close below the largest body accepted since the first 413, or below half
+// the smallest refused one, whichever is larger; the event count likewise.
+func (l *limits) applyLocked() {
+	var body, events int
+	if l.refusedBody > 0 {
+		body = max(l.acceptedBody, l.refusedBody/2)
+	}
+	if l.refusedEvents > 0 {
+		events = max(l.acceptedEvents, (l.refusedEvents+1)/2)
+	}
+	if int64(body) == l.body.Load() && int64(events) == l.events.Load() {
+		return
+	}
+	l.body.Store(int64(body))
+	l.events.Store(int64(events))
+	maxBytes, flushAt := l.maxBytes, l.flushAt
+	if body > 0 {
+		maxBytes = min(maxBytes, max(body-l.frame, 1))
+	}
+	if events > 0 {
+		flushAt = min(flushAt, events)
+	}
+	l.q.setBudget(maxBytes, flushAt)
+}
+
+// tooLarge reports whether b should be cut before it is sent: it has
+// several events and is over a learned limit (R67, R68). A batch taken
+// before the limit was learned, or waiting for a retry, is one; a half of
+// a split is not: it goes out as cut (R3, R66, R68).
+func (l *limits) tooLarge(b *batch, perEvent int) bool {
+	if len(b.events) < 2 || b.cut {
+		return false
+	}
+	if n := l.eventLimit(); n > 0 && len(b.events) > n {
+		return true
+	}
+	body := l.bodyLimit()
+	return body > 0 && b.bytes+len(b.events)*perEvent+l.frame > body
+}
+
+// isolation is the request budget of a batch being halved after a 400
+// (R66), shared by every piece of it.
+type isolation struct{ left atomic.Int64 }
+
+// isolationBudget is the number of requests the pieces of a batch of n
+// events refused with a 400 may make: 4·⌈log₂ n⌉, enough to find two
+// events at fault among any n (halving finds one in 2·⌈log₂ n⌉).
+func isolationBudget(n int) int64 { return 4 * int64(bits.Len(uint(n-1))) }
+
+// take spends the two requests of one more halving; false when the budget
+// does not have them.
+func (s *isolation) take() bool {
+	for {
+		left := s.left.Load()
+		if left < 2 {
+			return false
+		}
+		if s.left.CompareAndSwap(left, left-2) {
+			return true
+		}
+	}
+}
+
+// fit cuts b in two before it is sent when it is over a learned limit
+// (R67, R68): the halves take its place in the waiting room, due at once,
+// and no request is made. It reports whether it did.
+func (w *consumer) fit(b *batch) bool {
+	if w.limits == nil || !w.limits.tooLarge(b, w.q.perEvent) {
+		return false
+	}
+	now := time.Now()
+	w.log.Debug("batch over the learned limit: sending it as two halves", zap.Int("events", len(b.events)))
+	first, second := w.halve(b)
+	w.park(first, second, now, now)
+	return true
+}
+
+// adapt looks at the answer to b's attempt before it is settled: it
+// learns from 2xx and 413 answers (R67, R68), and it takes over b when a
+// 400 (R66) or repeated 429s without a usable Retry-After (R68) call for
+// halving, reporting true; then b is in the waiting room as two halves,
+// or failed.
+func (w *consumer) adapt(b *batch, resp response, err error, v verdict, now time.Time) bool {
+	if err != nil || w.limits == nil {
+		return false
+	}
+	size := len(w.sender.plain) // the body as encoded, before gzip
+	switch {
+	case v.outcome == outcomeDelivered:
+		b.tooMany = 0
+		w.limits.accepted(size, len(b.events))
+	case resp.status == http.StatusRequestEntityTooLarge:
+		b.tooMany = 0
+		w.limits.refusedSize(size) // the 413 split itself is R3's
+	case resp.status == http.StatusBadRequest && v.outcome == outcomeFailed && len(b.events) > 1:
+		b.tooMany = 0
+		return w.isolate(b, now)
+	case resp.status == http.StatusTooManyRequests && v.outcome == outcomeRetry:
+		b.tooMany++
+		if b.tooMany >= 2 && len(b.events) > 1 && w.limits.tooManyForServer(len(b.events)) {
+			return w.splitTooMany(b, now)
+		}
+	default:
+		b.tooMany = 0
+	}
+	return false
+}
+
+// isolate answers a 400 on a batch of several events (R66): the server
+// refused the whole request for what may be one event, so the batch is
+// halved, both halves due at once, until the events at fault fail alone,
+// while the budget of the first refused batch lasts. Without budget the
+// batch fails whole, as it would have without this rule.
+func (w *consumer) isolate(b *batch, now time.Time) bool {
+	if b.isolation == nil {
+		b.isolation = &isolation{}
+		b.isolation.left.Store(isolationBudget(len(b.events)))
+	}
+	if !b.isolation.take() {
+		return false
+	}
+	w.settle.stats.isolations.Add(1)
+	w.log.Debug("batch answered 400: sending it again as two halves", zap.Int("events", len(b.events)))
+	b.cut = true
+	first, second := w.halve(b)
+	w.park(first, second, now, now)
+	return true
+}
+
+// splitTooMany answers the second 429 in a row without a usable
+// Retry-After on a batch larger than any delivered since (R68): the batch
+// is halved and the halves wait the first backoff delay, each with its own
+// jitter. This is the batch's counted retry: both halves carry it, and
+// when a budget is spent the batch fails as R27 and R28 say.
+func (w *consumer) splitTooMany(b *batch, now time.Time) bool {
+	if b.firstFailure.IsZero() {
+		b.firstFailure = now
+	}
+	if b.retries >= w.policy.maxRetries || now.Sub(b.firstFailure) >= w.policy.maxBackoffTotal {
+		return false // retryLater fails it with the budget's reason
+	}
+	w.limits.refusedCount(len(b.events))
+	b.retries++
+	b.retryPending = true
+	b.rateLimited = false
+	b.backoff = nil // each half starts its own backoff at the first delay
+	w.log.Debug("batch answered 429 twice without Retry-After: sending it again as two halves",
+		zap.Int("events", len(b.events)))
+	b.cut = true
+	first, second := w.halve(b)
+	w.park(first, second, now.Add(newBackoff(w.policy.backoff).NextBackOff()), now.Add(newBackoff(w.policy.backoff).NextBackOff()))
+	return true
+}
+
+// halve cuts b into two batches, the first half (len/2 events) staying in
+// b; same events in the same order. The second carries on everything b
+// carries: attempts (X-Retry-Count, R7), counted retries, first counted
+// failure, backoff state, flags, the last answer and the isolation budget.
+// A split after an answer marks b cut first (R3, R66, R68); a cut before
+// sending (fit) does not, so its halves are cut again if still too large.
+func (w *consumer) halve(b *batch) (first, second *batch) {
+	mid := len(b.events) / 2
+	second = newBatch(len(b.events) - mid)
+	second.events = append(second.events, b.events[mid:]...)
+	clear(b.events[mid:])
+	b.events = b.events[:mid]
+	b.bytes = eventBytes(b.events)
+	events := second.events
+	*second = *b
+	second.events, second.bytes = events, eventBytes(events)
+	if b.backoff != nil {
+		bo := *b.backoff // the state travels; the instance is not shared
+		second.backoff = &bo
+	}
+	return b, second
+}
+
+// park puts the halves of a batch in the waiting room, first due at d1 and
+// second at d2; a half that finds the room closed (Close handed everything
+// back) is handed back.
+func (w *consumer) park(first, second *batch, d1, d2 time.Time) {
+	if !w.room.wait(first, d1) {
+		w.settle.handBack(first, nil)
+	}
+	if !w.room.wait(second, d2) {
+		w.settle.handBack(second, nil)
+	}
+}
