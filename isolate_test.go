@@ -1,0 +1,279 @@
+package analytics
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// refuseWith answers 400, as rudder-server's gateway does, to any batch
+// that carries the event bad; 200 otherwise.
+func refuseWith(bad string) func(int, seen) reply {
+	return func(_ int, r seen) reply {
+		if slices.Contains(r.ids, bad) {
+			return reply{status: 400, body: `request neither has anonymousId nor userId`}
+		}
+		return reply{status: 200}
+	}
+}
+
+func statuses(reqs []seen, api func(int, seen) reply) map[int]int {
+	n := map[int]int{}
+	for i, r := range reqs {
+		n[api(i, r).status]++
+	}
+	return n
+}
+
+// R66: a 400 on a batch of 8 is answered by halving it until the one event
+// at fault fails alone, with its own 400: 1 + 2·log₂ 8 = 7 requests, the
+// other seven events delivered once each.
+func TestBadRequestIsolatesTheEventAtFault(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := newFakeAPI(refuseWith("e5"))
+		cb := &callbacks{}
+		c := newTestClient(t, api, cb, WithFlushAt(8), WithConsumers(1))
+		defer stop(c)
+		for i := range 8 {
+			mustTrack(t, c, fmt.Sprintf("e%d", i))
+		}
+		require.NoError(t, flush(t, c, time.Minute))
+		reqs := api.requests()
+		var trail []string
+		for _, r := range reqs {
+			trail = append(trail, strings.Join(r.ids, ","))
+		}
+		assert.Equal(t, []string{
+			"e0,e1,e2,e3,e4,e5,e6,e7", "e0,e1,e2,e3", "e4,e5,e6,e7", "e4,e5", "e6,e7", "e4", "e5",
+		}, trail)
+		assert.Equal(t, []string{"-", "1", "1", "2", "2", "3", "3"}, retryCounts(reqs), "a half carries on the attempt count (R7)")
+		errs := cb.errors()
+		require.Len(t, errs, 1)
+		assert.Equal(t, []string{"e5"}, messageIDs(errs[0].msgs))
+		he := requireHTTPStatus(t, errs[0].err, 400)
+		assert.Equal(t, "request neither has anonymousId nor userId", he.Message)
+		assert.ElementsMatch(t, []string{"e0", "e1", "e2", "e3", "e4", "e6", "e7"}, cb.delivered())
+		assert.EqualValues(t, 3, c.Stats().Isolations)
+		require.NoError(t, closeClient(t, c, time.Second))
+	})
+}
+
+func messageIDs(ms []Message) []string {
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = m.ID()
+	}
+	return out
+}
+
+// R66: a server that refuses every request with 400 costs a batch of 16
+// events 1 + 4·⌈log₂ 16⌉ = 17 requests, not 2·16 − 1 = 31: the budget
+// ends the halving and the rest fails whole. Every event gets one
+// callback, with the 400.
+func TestBadRequestIsolationIsBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := newFakeAPI(sequence(reply{status: 400}))
+		cb := &callbacks{}
+		c := newTestClient(t, api, cb, WithFlushAt(16), WithConsumers(2))
+		defer stop(c)
+		for i := range 16 {
+			mustTrack(t, c, fmt.Sprintf("e%02d", i))
+		}
+		require.NoError(t, flush(t, c, time.Minute))
+		time.Sleep(time.Minute)
+		assert.Equal(t, 17, len(api.requests()), "requests")
+		for id, n := range cb.dispositions() {
+			assert.Equal(t, 1, n, id)
+		}
+		assert.Len(t, cb.dispositions(), 16)
+		for _, e := range cb.errors() {
+			requireHTTPStatus(t, e.err, 400)
+		}
+		assert.EqualValues(t, 8, c.Stats().Isolations)
+		require.NoError(t, closeClient(t, c, time.Second))
+	})
+}
+
+// R66: a 400 on a single event fails it after one request, as before.
+func TestBadRequestOnOneEventFailsIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := newFakeAPI(sequence(reply{status: 400}))
+		cb := &callbacks{}
+		c := newTestClient(t, api, cb)
+		defer stop(c)
+		mustTrack(t, c, "e1")
+		require.NoError(t, flush(t, c, time.Minute))
+		assert.Equal(t, 1, len(api.requests()), "requests")
+		assert.Equal(t, 1, countStatus(cb, 400))
+		assert.Zero(t, c.Stats().Isolations)
+		require.NoError(t, closeClient(t, c, time.Second))
+	})
+}
+
+// padded is a track event of about 300 bytes of JSON.
+func padded(id string) Track {
+	m := track(id)
+	m.Properties = Properties{"pad": strings.Repeat("p", 100)}
+	return m
+}
+
+// R67: against a fixed 64 KiB body limit, 2 500 events of ~300 bytes in
+// batches of 250 (~75 KB): the first batch is refused and split (R3); the
+// client then closes batches below the learned limit, so no other request
+// is refused: 1 × 413 instead of 10, and fewer requests in all.
+func TestLearnedBodyLimit(t *testing.T) {
+	for _, gz := range []bool{false, true} {
+		t.Run(fmt.Sprintf("gzip=%t", gz), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				const limit = 64 << 10
+				script := func(_ int, r seen) reply {
+					if len(r.body) > limit { // the decoded body, as rudder-server counts it
+						return reply{status: 413, body: `{"message":"Request size exceeds max limit"}`}
+					}
+					return reply{status: 200}
+				}
+				api := newFakeAPI(script)
+				cb := &callbacks{}
+				c := newTestClient(t, api, cb, WithConsumers(1), WithGzip(gz))
+				defer stop(c)
+				for i := range 2500 {
+					require.NoError(t, c.Track(padded(fmt.Sprintf("e%04d", i))))
+				}
+				require.NoError(t, flush(t, c, time.Minute))
+				reqs := api.requests()
+				st := statuses(reqs, script)
+				s := c.Stats()
+				t.Logf("requests %d (413: %d), first body %d bytes, learned limit %d", len(reqs), st[413], len(reqs[0].body), s.BodyLimit)
+				require.Equal(t, 1, st[413], "only the first batch is refused")
+				assert.Len(t, cb.delivered(), 2500)
+				assert.Empty(t, cb.errors())
+				// The limit is the larger of half the refused body and the
+				// largest body accepted since: here a half of the split.
+				require.Greater(t, len(reqs), 3)
+				assert.EqualValues(t, max(len(reqs[0].body)/2, len(reqs[1].body), len(reqs[2].body)), s.BodyLimit)
+				per := len(reqs[3].ids)
+				for _, r := range reqs[3:] {
+					assert.LessOrEqual(t, int64(len(r.body)), s.BodyLimit, "a batch closed after the 413 is below the limit")
+				}
+				assert.Equal(t, 3+(2250+per-1)/per, len(reqs), "requests: the rest in batches of %d", per)
+				require.NoError(t, closeClient(t, c, time.Second))
+			})
+		})
+	}
+}
+
+// perRequestLimit answers 429 without Retry-After to a batch of more than
+// max events, as a gateway that counts events against a rate limit does
+// when the batch alone is over it.
+func perRequestLimit(max int) func(int, seen) reply {
+	return func(_ int, r seen) reply {
+		if len(r.ids) > max {
+			return reply{status: 429}
+		}
+		return reply{status: 200}
+	}
+}
+
+// R68: a batch of 100 against a limit of 20 events per request, answered
+// 429 without Retry-After: the second 429 in a row splits it, and so on
+// down to pieces that fit (100 → 50 → 25 → 13/12): every event delivered.
+// The next 100 events then go in batches of the learned 13, with no 429.
+func TestTooManyEventsPerRequestSplits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		script := perRequestLimit(20)
+		api := newFakeAPI(script)
+		cb := &callbacks{}
+		c := newTestClient(t, api, cb, WithFlushAt(100), WithConsumers(1))
+		defer stop(c)
+		for i := range 100 {
+			mustTrack(t, c, fmt.Sprintf("a%03d", i))
+		}
+		require.NoError(t, flush(t, c, time.Minute))
+		first := api.requests()
+		st := statuses(first, script)
+		assert.Equal(t, 1+1+2+4, st[429], "two 429s for the batch of 100, one for each piece of 50 and 25")
+		assert.Equal(t, 8, st[200])
+		assert.EqualValues(t, 13, c.Stats().EventLimit)
+		for i := range 100 {
+			mustTrack(t, c, fmt.Sprintf("b%03d", i))
+		}
+		require.NoError(t, flush(t, c, time.Minute))
+		second := api.requests()[len(first):]
+		assert.Equal(t, 8, len(second), "⌈100/13⌉ batches")
+		for _, r := range second {
+			assert.LessOrEqual(t, len(r.ids), 13)
+		}
+		assert.Len(t, cb.delivered(), 200)
+		assert.Empty(t, cb.errors())
+		require.NoError(t, closeClient(t, c, time.Second))
+	})
+}
+
+// windowLimit is a rate limit of max events per window for the whole
+// client (rudder-server counts a workspace's events): a batch that would
+// take the window's count past max is answered 429 without Retry-After.
+type windowLimit struct {
+	mu     sync.Mutex
+	max    int
+	window time.Duration
+	start  time.Time
+	used   int
+	epoch  time.Time
+}
+
+func (l *windowLimit) answer(_ int, r seen) reply {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	w := l.epoch.Add(r.at.Sub(l.epoch).Truncate(l.window))
+	if !w.Equal(l.start) {
+		l.start, l.used = w, 0
+	}
+	if l.used+len(r.ids) > l.max {
+		return reply{status: 429}
+	}
+	l.used += len(r.ids)
+	return reply{status: 200}
+}
+
+// R68, measured: 300 events (a batch of 250 and one of 50) against a limit
+// of 20 events per 10 s. A batch over the limit can never pass, whatever
+// it waits; halving brings every piece under it, and all 300 are
+// delivered. The numbers are logged for docs/delivery.md.
+func TestWindowLimitDeliversEverything(t *testing.T) {
+	for _, retries := range []int{10, 1000} {
+		t.Run(fmt.Sprintf("maxRetries=%d", retries), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				lim := &windowLimit{max: 20, window: 10 * time.Second, epoch: time.Now()}
+				api := newFakeAPI(lim.answer)
+				cb := &callbacks{}
+				c := newTestClient(t, api, cb, WithMaxRetries(retries))
+				defer stop(c)
+				start := time.Now()
+				for i := range 300 {
+					mustTrack(t, c, fmt.Sprintf("e%03d", i))
+				}
+				err := flush(t, c, 24*time.Hour)
+				took := time.Since(start)
+				s := c.Stats()
+				t.Logf("maxRetries %d: delivered %d, failed %d, requests %d, retries %d, event limit %d, flush took %v (fake time)",
+					retries, s.Delivered, s.Failed, s.Requests, s.Retries, s.EventLimit, took.Round(time.Second))
+				require.NoError(t, err)
+				if retries == 1000 {
+					assert.EqualValues(t, 300, s.Delivered)
+				}
+				for _, e := range cb.errors() {
+					assert.True(t, errors.Is(e.err, ErrRetriesExhausted), "%v", e.err)
+				}
+				require.NoError(t, closeClient(t, c, time.Second))
+			})
+		})
+	}
+}
