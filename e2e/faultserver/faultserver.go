@@ -47,6 +47,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 )
 
 // DefaultMaxBodyBytes is the gateway-mode limit of a decoded request body
@@ -185,9 +186,12 @@ type Options struct {
 	// than POST → 405; an unsupported Content-Encoding → 415; corrupt gzip →
 	// 400; a decoded body larger than MaxBodyBytes → 413; invalid JSON or no
 	// "batch" array → 400; a write key not in WriteKeys → 401; an event that
-	// is not an object, or that has neither a non-empty userId nor a
-	// non-empty anonymousId (for type "alias": userId and previousId) → 400
-	// for the whole batch. Each rejection has a JSON body
+	// is not an object, or that has neither a userId nor an anonymousId
+	// (for type "alias": userId and previousId) → 400 for the whole batch;
+	// a batch of more than MaxEvents events → 429 without Retry-After. An
+	// id counts as absent when it is not a string or is blank: empty after
+	// removing white space and invisible characters (Blank), as
+	// rudder-server's gateway checks. Each rejection has a JSON body
 	// {"code":"...","message":"..."}; Request.Rejected holds the code.
 	Gateway bool
 	// WriteKeys lists the write keys the gateway accepts; empty accepts any
@@ -195,8 +199,14 @@ type Options struct {
 	// name, falling back to the body's writeKey.
 	WriteKeys []string
 	// MaxBodyBytes is the gateway limit of the decoded body; 0 means
-	// DefaultMaxBodyBytes.
+	// DefaultMaxBodyBytes. It stays fixed: every larger body gets a 413.
 	MaxBodyBytes int
+	// MaxEvents, when positive, makes the gateway answer a batch of more
+	// than MaxEvents events with 429 and no Retry-After (code
+	// "too_many_events"), as a gateway whose rate limit counts events does
+	// when one request alone is over the limit: waiting never helps such a
+	// batch. 0 means no limit.
+	MaxEvents int
 	// Respond, when set, is asked first (after the gateway) for every
 	// request, with the request's index and a copy of its record. Returning
 	// false falls back to Rules and Script. Calls are serialised by the
@@ -869,8 +879,14 @@ func gatewayCheck(rec *Request, opts Options) (resp Response, code string, ok bo
 		if ev == nil {
 			return reject(http.StatusBadRequest, "invalid_event", fmt.Sprintf("batch[%d] is not a JSON object", i))
 		}
-		str := func(k string) string { v, _ := ev[k].(string); return v }
-		if str("type") == "alias" {
+		str := func(k string) string {
+			v, _ := ev[k].(string)
+			if Blank(v) {
+				return ""
+			}
+			return v
+		}
+		if t, _ := ev["type"].(string); t == "alias" {
 			if str("userId") == "" || str("previousId") == "" {
 				return reject(http.StatusBadRequest, "missing_identity", fmt.Sprintf("batch[%d]: alias needs userId and previousId", i))
 			}
@@ -880,5 +896,26 @@ func gatewayCheck(rec *Request, opts Options) (resp Response, code string, ok bo
 			return reject(http.StatusBadRequest, "missing_identity", fmt.Sprintf("batch[%d] has neither userId nor anonymousId", i))
 		}
 	}
+	if opts.MaxEvents > 0 && len(rec.Events) > opts.MaxEvents {
+		return reject(http.StatusTooManyRequests, "too_many_events", fmt.Sprintf("batch of %d events is over the limit of %d", len(rec.Events), opts.MaxEvents))
+	}
 	return Response{}, "", true
+}
+
+// Blank reports whether id is empty once white space (unicode.IsSpace),
+// characters that are not printable (unicode.IsPrint: controls, format
+// characters such as U+200B and U+FEFF) and the printable fillers that
+// render as nothing (U+034F, U+115F, U+1160, U+17B4, U+17B5, U+2800,
+// U+3164, U+FFA0) are removed: the gateway's test of an absent id.
+func Blank(id string) bool {
+	for _, r := range id {
+		switch r {
+		case '\u034F', '\u115F', '\u1160', '\u17B4', '\u17B5', '\u2800', '\u3164', '\uFFA0':
+			continue
+		}
+		if !unicode.IsSpace(r) && unicode.IsPrint(r) {
+			return false
+		}
+	}
+	return true
 }

@@ -471,6 +471,7 @@ func TestGatewayRejections(t *testing.T) {
 		Gateway:      true,
 		WriteKeys:    []string{"wk", "bodykey"},
 		MaxBodyBytes: 400,
+		MaxEvents:    3,
 		Script:       []Response{{Status: 202, Body: `{"ok":true}`}},
 	})
 	c := newClient(t)
@@ -507,6 +508,13 @@ func TestGatewayRejections(t *testing.T) {
 		{name: "alias without previousId", body: batchBody(t, "wk", event{"type": "alias", "userId": "u", "anonymousId": "a"}), status: 400, code: "missing_identity"},
 		{name: "alias ok", body: batchBody(t, "wk", event{"type": "alias", "userId": "u", "previousId": "p"}), status: 202},
 		{name: "event not object", body: []byte(`{"batch":[1]}`), status: 400, code: "invalid_event"},
+		{name: "blank userId", body: batchBody(t, "wk", track("v7"), event{"type": "track", "messageId": "v8", "userId": " \u3000\u200b\t"}), status: 400, code: "missing_identity"},
+		{name: "blank ids", body: batchBody(t, "wk", event{"type": "track", "messageId": "v9", "userId": "\u00a0", "anonymousId": "\ufeff\u3164"}), status: 400, code: "missing_identity"},
+		{name: "blank alias previousId", body: batchBody(t, "wk", event{"type": "alias", "userId": "u", "previousId": "  "}), status: 400, code: "missing_identity"},
+		{name: "id not a string", body: batchBody(t, "wk", event{"type": "track", "messageId": "v10", "userId": 7}), status: 400, code: "missing_identity"},
+		{name: "visible id with spaces", body: batchBody(t, "wk", event{"type": "track", "messageId": "v11", "userId": " u "}), status: 202},
+		{name: "events at the limit", body: batchBody(t, "wk", track("v12"), track("v13"), track("v14")), status: 202},
+		{name: "too many events", body: batchBody(t, "wk", track("v15"), track("v16"), track("v17"), track("v18")), status: 429, code: "too_many_events"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -544,12 +552,15 @@ func TestGatewayRejections(t *testing.T) {
 			if tc.status == 405 {
 				assert.Equal(t, "POST", resp.Header.Get("Allow"))
 			}
+			_, hasRA := resp.Header["Retry-After"]
+			assert.False(t, hasRA, "no rejection carries Retry-After")
 		})
 	}
 	d := s.Delivered()
 	assert.Equal(t, 2, d["v1"])
 	assert.Equal(t, 1, d["v2"])
-	assert.Zero(t, d["v4"]+d["v5"]+d["big"])
+	assert.Zero(t, d["v4"]+d["v5"]+d["big"]+d["v7"]+d["v15"])
+	assert.Equal(t, 1, d["v11"])
 }
 
 func TestGatewayAnyKeyAndDefaultLimit(t *testing.T) {
