@@ -13,6 +13,14 @@ package analytics
 // needs no per-event copy. It costs up to 42 bytes of JSON per event and
 // per attempt; the batch size limit (MaxBatchBytes) accounts for them, so
 // a batch closes a little earlier when the option is on.
+//
+// The option only stores sentAt; it corrects no clock skew. Every event
+// carries timestamp (the caller's, or the instant of the enqueue call) and
+// no originalTimestamp, as Segment's server libraries send; Segment and
+// RudderStack both keep such a timestamp as sent and apply their
+// correction receivedAt − (sentAt − originalTimestamp) only to events sent
+// with originalTimestamp instead. The stored time is therefore the clock
+// of the host that called Track (docs/delivery.md R59, D28).
 func WithEventSentAt(enabled bool) Option {
 	return optionFunc(func(s *settings) { s.EventSentAt = enabled })
 }
