@@ -42,7 +42,8 @@ type limits struct {
 	refusedBody    int // smallest body answered 413; 0: none yet
 	acceptedBody   int // largest body answered 2xx that is below refusedBody, since the first 413
 	refusedEvents  int // fewest events in a batch split after repeated 429s (R68); 0: none yet
-	acceptedEvents int // most events in a batch answered 2xx that is below refusedEvents, since then
+
+	acceptedEvents atomic.Int64 // most events in a batch answered 2xx since New (R68)
 
 	body   atomic.Int64 // learned body limit in bytes; 0: none (Stats.BodyLimit)
 	events atomic.Int64 // learned events per batch; 0: none (Stats.EventLimit)
@@ -58,6 +59,12 @@ func (l *limits) eventLimit() int { return int(l.events.Load()) }
 
 // accepted records a body of size bytes with n events answered 2xx.
 func (l *limits) accepted(size, n int) {
+	for {
+		most := l.acceptedEvents.Load()
+		if int64(n) <= most || l.acceptedEvents.CompareAndSwap(most, int64(n)) {
+			break
+		}
+	}
 	if l.body.Load() == 0 && l.events.Load() == 0 {
 		return // nothing learned: nothing to raise (the common case takes no lock)
 	}
@@ -65,9 +72,6 @@ func (l *limits) accepted(size, n int) {
 	defer l.mu.Unlock()
 	if l.refusedBody > 0 && size < l.refusedBody && size > l.acceptedBody {
 		l.acceptedBody = size
-	}
-	if l.refusedEvents > 0 && n < l.refusedEvents && n > l.acceptedEvents {
-		l.acceptedEvents = n
 	}
 	l.applyLocked()
 }
@@ -92,20 +96,15 @@ func (l *limits) refusedCount(n int) {
 	defer l.mu.Unlock()
 	if l.refusedEvents == 0 || n < l.refusedEvents {
 		l.refusedEvents = n
-		if l.acceptedEvents >= n {
-			l.acceptedEvents = 0
-		}
 	}
 	l.applyLocked()
 }
 
 // tooManyForServer reports whether a batch of n events is larger than any
-// delivered since the first split after repeated 429s (R68): only then
-// is its size the suspect.
+// the server has accepted since New (R68): only then is its size the
+// suspect; a batch no larger than one delivered waits for the window.
 func (l *limits) tooManyForServer(n int) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return n > l.acceptedEvents
+	return int64(n) > l.acceptedEvents.Load()
 }
 
 // applyLocked derives the limits and hands them to the queue: batches
@@ -117,7 +116,7 @@ func (l *limits) applyLocked() {
 		body = max(l.acceptedBody, l.refusedBody/2)
 	}
 	if l.refusedEvents > 0 {
-		events = max(l.acceptedEvents, (l.refusedEvents+1)/2)
+		events = max(int(l.acceptedEvents.Load()), (l.refusedEvents+1)/2)
 	}
 	if int64(body) == l.body.Load() && int64(events) == l.events.Load() {
 		return

@@ -196,9 +196,10 @@ func paddedTracks(idList ...string) []event {
 
 // R67: a fixed 64 KiB body limit and 2 500 events of ~300 bytes (batches of
 // 250 are ~75 KB): at most one 413 per consumer sending when the first one
-// arrives (2 here), every event delivered once, and fewer requests than
-// the 30 of a client that does not learn (10 batches, each refused and
-// sent again as two halves).
+// arrives (2 consumers here; with the default 8, all 8 first batches may be
+// on the wire before the first answer), every event delivered once, and
+// fewer requests than the 30 of a client that does not learn (10 batches,
+// each refused and sent again as two halves).
 func TestFixedBodyLimitIsLearned(t *testing.T) {
 	t.Parallel()
 	for _, gz := range []bool{false, true} {
