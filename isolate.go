@@ -38,10 +38,10 @@ type limits struct {
 	flushAt  int // the configured FlushAt
 	maxBytes int // the configured byte budget of a batch's events (R45)
 
-	mu             sync.Mutex
-	refusedBody    int // smallest body answered 413; 0: none yet
-	acceptedBody   int // largest body answered 2xx that is below refusedBody, since the first 413
-	refusedEvents  int // fewest events in a batch split after repeated 429s (R68); 0: none yet
+	mu            sync.Mutex
+	refusedBody   int // smallest body answered 413; 0: none yet
+	acceptedBody  int // largest body answered 2xx that is below refusedBody, since the first 413
+	refusedEvents int // fewest events in a batch split after repeated 429s (R68); 0: none yet
 
 	acceptedEvents atomic.Int64 // most events in a batch answered 2xx since New (R68)
 
