@@ -207,3 +207,10 @@ func auditDisk(t testing.TB, dir string, st Stats, cb *callbacks, fail func(stri
 		}
 	}
 }
+
+// auditLater registers the audit for a client a test built with New itself
+// (its own server or HTTP client: no wire counts). cb is the recorder whose
+// options the client was given, or nil.
+func auditLater(t testing.TB, c *Client, cb *callbacks) {
+	registerAudit(t, c, nil, cb)
+}
