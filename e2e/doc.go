@@ -12,6 +12,11 @@
 //     body limit, with its own checks in place of INV3, INV4 and INV6,
 //     which halves of a batch do not meet by design.
 //   - sentat_test.go: the per-event sentAt of config.eventSentAt (R59).
+//   - rudder_test.go: what a gateway refuses and the client learns from it,
+//     against the faultserver's gateway mode: blank ids (R65), a 400 for
+//     one marked event (R66), a fixed body limit (R67), an event limit
+//     per request answered 429 without Retry-After (R68), each with the
+//     requests counted.
 //   - oauth_test.go: OAuth through the e2e-cli's config.oauth against the
 //     fault server's token endpoint, which verifies every client assertion's
 //     signature (R50; S45b itself is in scenarios_test.go).
