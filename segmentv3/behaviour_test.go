@@ -119,7 +119,7 @@ func TestCallbackPerMessage(t *testing.T) {
 		require.NoError(t, client.Enqueue(analytics.Identify{UserId: "u"}))
 		require.NoError(t, client.Close())
 
-		assert.Equal(t, 2, api.requests(), "the 400 is not retried")
+		assert.Equal(t, 4, api.requests(), "the 400 is not retried: the batch of two is halved and each event fails with its own 400 (R66)")
 		calls := rec.all()
 		require.Len(t, calls, 4)
 		successes, failures := rec.byID()
