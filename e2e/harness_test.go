@@ -764,6 +764,9 @@ func checkInvariants(t testing.TB, r *result, o invOptions) {
 	if strings.Contains(r.stderr, "WARNING: DATA RACE") {
 		t.Errorf("the e2e-cli reported a data race:\n%s", tail(r.stderr))
 	}
+	if strings.Contains(r.stderr, "e2e-cli: warning: accounting:") {
+		t.Errorf("the e2e-cli's accounting audit failed (R41, R42):\n%s", tail(r.stderr))
+	}
 	if strings.Contains(r.stderr, "panic:") || strings.Contains(r.stderr, "goroutine ") && strings.Contains(r.stderr, "[running]") {
 		t.Errorf("the e2e-cli panicked:\n%s", tail(r.stderr))
 	}
