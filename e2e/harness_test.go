@@ -421,6 +421,9 @@ func runCLI(t testing.TB, in input, o runOptions) *cliRun {
 	if err := json.Unmarshal([]byte(lines[0]), &run.out); err != nil {
 		t.Fatalf("stdout is not the e2e-cli output line: %v\n%s", err, run.stdout)
 	}
+	if strings.Contains(run.stderr, "e2e-cli: warning: accounting:") {
+		t.Errorf("the e2e-cli's accounting audit failed (R41, R42):\n%s", tail(run.stderr))
+	}
 	if t, ok := t.(*testing.T); ok && testing.Verbose() {
 		t.Logf("e2e-cli exit %d in %v: %s", run.exitCode, run.end.Sub(run.start).Round(time.Millisecond), lines[0])
 	}
@@ -763,9 +766,6 @@ func checkInvariants(t testing.TB, r *result, o invOptions) {
 	// The process itself.
 	if strings.Contains(r.stderr, "WARNING: DATA RACE") {
 		t.Errorf("the e2e-cli reported a data race:\n%s", tail(r.stderr))
-	}
-	if strings.Contains(r.stderr, "e2e-cli: warning: accounting:") {
-		t.Errorf("the e2e-cli's accounting audit failed (R41, R42):\n%s", tail(r.stderr))
 	}
 	if strings.Contains(r.stderr, "panic:") || strings.Contains(r.stderr, "goroutine ") && strings.Contains(r.stderr, "[running]") {
 		t.Errorf("the e2e-cli panicked:\n%s", tail(r.stderr))
