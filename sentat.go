@@ -20,7 +20,7 @@ package analytics
 // RudderStack both keep such a timestamp as sent and apply their
 // correction receivedAt − (sentAt − originalTimestamp) only to events sent
 // with originalTimestamp instead. The stored time is therefore the clock
-// of the host that called Track (docs/delivery.md R59, D28).
+// of the host that called Track (docs/delivery.md R59, D29).
 func WithEventSentAt(enabled bool) Option {
 	return optionFunc(func(s *settings) { s.EventSentAt = enabled })
 }
