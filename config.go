@@ -33,6 +33,9 @@ const (
 	DefaultMaxTotalBackoffDuration = 12 * time.Hour
 	// DefaultMaxRateLimitDuration bounds one rate-limit episode.
 	DefaultMaxRateLimitDuration = 12 * time.Hour
+	// DefaultCloseTimeout bounds Close when its context has no earlier
+	// deadline (see WithCloseTimeout).
+	DefaultCloseTimeout = 30 * time.Second
 
 	// MaxRetryAfter caps a server's Retry-After: longer values are waited as
 	// this long (R24).
@@ -94,15 +97,18 @@ type Config struct {
 	// EventSentAt reports whether every event also carries the attempt's
 	// sentAt (WithEventSentAt; default false).
 	EventSentAt bool
+	// CloseTimeout bounds Close (WithCloseTimeout); 0 means only Close's
+	// context does.
+	CloseTimeout time.Duration
 }
 
 // String renders the configuration on one line for logs; user information
 // in the endpoint URL (a password) is shown as xxxxx.
 func (c Config) String() string {
 	return fmt.Sprintf("endpoint=%s flushAt=%d flushInterval=%s queueCapacity=%d consumers=%d httpTimeout=%s "+
-		"maxRetries=%d maxTotalBackoffDuration=%s maxRateLimitDuration=%s gzip=%t eventSentAt=%t",
+		"maxRetries=%d maxTotalBackoffDuration=%s maxRateLimitDuration=%s gzip=%t eventSentAt=%t closeTimeout=%s",
 		redactURL(c.Endpoint), c.FlushAt, c.FlushInterval, c.QueueCapacity, c.Consumers, c.HTTPTimeout,
-		c.MaxRetries, c.MaxTotalBackoffDuration, c.MaxRateLimitDuration, c.Gzip, c.EventSentAt)
+		c.MaxRetries, c.MaxTotalBackoffDuration, c.MaxRateLimitDuration, c.Gzip, c.EventSentAt, c.CloseTimeout)
 }
 
 // ConfigError reports an invalid option given to New. Field names the
@@ -226,6 +232,17 @@ func WithMaxRateLimitDuration(d time.Duration) Option {
 	return optionFunc(func(s *settings) { s.MaxRateLimitDuration = d })
 }
 
+// WithCloseTimeout bounds Close (default DefaultCloseTimeout, 30 s; from 0
+// to MaxCloseTimeout). Close is interrupted by whichever ends first, its
+// context or CloseTimeout after Close was called, and returns within 0.5 s
+// of that (R39): Close(context.Background()) cannot run for hours against
+// a dead endpoint, and a context with a later deadline than CloseTimeout
+// is cut short, so raise this too to give Close more time. 0 means no
+// bound of the client's own: only Close's context bounds it.
+func WithCloseTimeout(d time.Duration) Option {
+	return optionFunc(func(s *settings) { s.CloseTimeout = d })
+}
+
 // WithGzip compresses request bodies and sets Content-Encoding: gzip
 // (default off).
 func WithGzip(enabled bool) Option {
@@ -280,6 +297,7 @@ func defaultSettings(writeKey string) settings {
 			MaxRetries:              DefaultMaxRetries,
 			MaxTotalBackoffDuration: DefaultMaxTotalBackoffDuration,
 			MaxRateLimitDuration:    DefaultMaxRateLimitDuration,
+			CloseTimeout:            DefaultCloseTimeout,
 			Backoff:                 DefaultBackoffPolicy(),
 			MaxEventBytes:           MaxEventBytes,
 			MaxBatchBytes:           MaxBatchBytes,

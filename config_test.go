@@ -27,6 +27,7 @@ func TestDefaultConfig(t *testing.T) {
 		MaxRetries:              10,
 		MaxTotalBackoffDuration: 43_200 * time.Second,
 		MaxRateLimitDuration:    43_200 * time.Second,
+		CloseTimeout:            30 * time.Second,
 		Backoff: BackoffPolicy{
 			InitialInterval:     500 * time.Millisecond,
 			Multiplier:          2,

@@ -29,6 +29,8 @@ const (
 	MaxMaxTotalBackoffDuration = 7 * 24 * time.Hour
 	// MaxMaxRateLimitDuration bounds WithMaxRateLimitDuration.
 	MaxMaxRateLimitDuration = 7 * 24 * time.Hour
+	// MaxCloseTimeout bounds WithCloseTimeout.
+	MaxCloseTimeout = 24 * time.Hour
 )
 
 // validate checks the final settings, after every option was applied, so
@@ -67,6 +69,7 @@ func (s *settings) validate() error {
 		{"HTTPTimeout", s.HTTPTimeout, true, MaxHTTPTimeout, "MaxHTTPTimeout"},
 		{"MaxTotalBackoffDuration", s.MaxTotalBackoffDuration, false, MaxMaxTotalBackoffDuration, "MaxMaxTotalBackoffDuration"},
 		{"MaxRateLimitDuration", s.MaxRateLimitDuration, false, MaxMaxRateLimitDuration, "MaxMaxRateLimitDuration"},
+		{"CloseTimeout", s.CloseTimeout, false, MaxCloseTimeout, "MaxCloseTimeout"},
 	}
 	for _, c := range durations {
 		switch {
