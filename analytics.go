@@ -90,8 +90,10 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 	places := newCapacity(s.QueueCapacity)
 	q := newQueue(places, s.FlushAt, batchEventBytes, s.FlushInterval)
 	q.perEvent = eventSentAtExtra(s.EventSentAt) // R45 with R59
+	cfg := s.Config
+	cfg.Endpoint = redactURL(cfg.Endpoint) // safe in every form: %+v, JSON, slog, zap.Any
 	c := &Client{
-		cfg:  s.Config,
+		cfg:  cfg,
 		log:  s.logger,
 		q:    q,
 		room: newWaitingRoom(s.MaxRateLimitDuration, places),
@@ -146,7 +148,10 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
-// Config returns the effective configuration (without the write key).
+// Config returns the effective configuration, without the write key and
+// with the user information of the endpoint URL (a password) replaced by
+// xxxxx, so that it is safe to log in any form: String, %+v, JSON, slog or
+// zap.Any.
 func (c *Client) Config() Config { return c.cfg }
 
 // Track enqueues a track event. See Client for the contract; errors are

@@ -76,8 +76,9 @@ func DefaultBackoffPolicy() BackoffPolicy {
 }
 
 // Config is the effective configuration of a Client, as returned by
-// Client.Config. It never contains the write key, so it is safe to log or
-// attach to a support request.
+// Client.Config. It never contains the write key, and Endpoint has its user
+// information (a password) replaced by xxxxx, so it is safe to log in any
+// form or to attach to a support request.
 type Config struct {
 	Endpoint                string
 	FlushAt                 int

@@ -1,7 +1,11 @@
 package analytics
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"log/slog"
 	"math"
 	"net/http"
 	"testing"
@@ -10,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // U5, R48, R49: an unconfigured client's effective config is the defaults table of docs/delivery.md.
@@ -226,4 +231,31 @@ func TestEndpointUserInfoRedacted(t *testing.T) {
 		assert.NotContains(t, err.Error(), "hunter2", ep)
 		assert.NotContains(t, err.Error(), "hun ter2", ep)
 	}
+}
+
+// Config is safe to log in every form, not only through String: a password
+// in the endpoint URL never reaches slog's JSON handler, JSON, %+v, %#v or
+// zap.Any.
+func TestConfigRedactedInEveryForm(t *testing.T) {
+	c, err := New("wk", WithEndpoint("https://proxyuser:s3cret@proxy.example.com/segment"))
+	require.NoError(t, err)
+	defer func() { require.NoError(t, closeClient(t, c, time.Second)) }()
+	cfg := c.Config()
+
+	var out bytes.Buffer
+	slog.New(slog.NewJSONHandler(&out, nil)).Info("client", "config", cfg)
+	fmt.Fprintf(&out, "\n%v\n%+v\n%#v\n%s\n", cfg, cfg, cfg, cfg)
+	j, err := json.Marshal(cfg)
+	require.NoError(t, err)
+	out.Write(j)
+	var zout bytes.Buffer
+	zl := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(&zout), zapcore.DebugLevel))
+	zl.Info("client", zap.Any("config", cfg), zap.Stringer("s", cfg))
+	out.Write(zout.Bytes())
+
+	text := out.String()
+	assert.NotContains(t, text, "s3cret")
+	assert.NotContains(t, text, "proxyuser")
+	assert.Contains(t, text, `"Endpoint":"https://xxxxx@proxy.example.com/segment"`)
+	assert.Equal(t, "https://xxxxx@proxy.example.com/segment", cfg.Endpoint)
 }
