@@ -80,7 +80,10 @@ type Client struct {
 }
 
 // New returns a started Client that sends to writeKey's source. Invalid
-// options make it return a *ConfigError naming the field. The client starts
+// options make it return a *ConfigError naming the field. An empty write
+// key, or one with leading or trailing whitespace (a newline read from a
+// secret file), is refused with a *ConfigError for "WriteKey": it is not
+// trimmed, because the stored secret is what needs fixing. The client starts
 // its consumer goroutines at once; call Close to stop them.
 func New(writeKey string, opts ...Option) (*Client, error) {
 	s, err := resolve(writeKey, opts)

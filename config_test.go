@@ -259,3 +259,22 @@ func TestConfigRedactedInEveryForm(t *testing.T) {
 	assert.Contains(t, text, `"Endpoint":"https://xxxxx@proxy.example.com/segment"`)
 	assert.Equal(t, "https://xxxxx@proxy.example.com/segment", cfg.Endpoint)
 }
+
+// A write key with surrounding whitespace (read from a secret file with its
+// newline) is refused at New, without printing the key, instead of getting
+// a 401 on every request.
+func TestWriteKeyWhitespaceRefused(t *testing.T) {
+	for _, wk := range []string{"s3cretkey\n", "s3cretkey\r\n", " s3cretkey", "s3cretkey\t"} {
+		c, err := New(wk, WithEndpoint("http://127.0.0.1:1"))
+		assert.Nil(t, c)
+		var ce *ConfigError
+		if assert.ErrorAs(t, err, &ce, "%q", wk) {
+			assert.Equal(t, "WriteKey", ce.Field)
+			assert.Contains(t, err.Error(), "whitespace")
+			assert.NotContains(t, err.Error(), "s3cretkey")
+		}
+	}
+	c, err := New("s3cret key", WithEndpoint("http://127.0.0.1:1")) // inner space: the key's business
+	require.NoError(t, err)
+	require.NoError(t, closeClient(t, c, time.Second))
+}
