@@ -92,8 +92,14 @@ func (s *settler) events(evs []event, err error) {
 		}
 	default:
 		if handedBack {
+			// Not a delivery failure (R38, R51): a warning, and only
+			// information when the events wait on disk for the next start.
 			s.stats.handedBack.Add(n)
-			s.log.Error("events handed back at shutdown", zap.Int64("events", n), zap.Error(err))
+			level := zapcore.WarnLevel
+			if s.disk != nil {
+				level = zapcore.InfoLevel
+			}
+			s.log.Log(level, "events handed back at shutdown", zap.Int64("events", n), zap.Bool("kept", s.disk != nil), zap.Error(err))
 		} else {
 			s.stats.failed.Add(n)
 			s.log.Error("events not delivered", zap.Int64("events", n), zap.Error(err))
