@@ -121,7 +121,7 @@ func TestValidation(t *testing.T) {
 		var me *MessageError
 		require.ErrorAs(t, cases["NaN"], &me)
 		assert.Equal(t, "track", me.Type)
-		assert.Equal(t, "properties", me.Field)
+		assert.Equal(t, "Properties", me.Field)
 		require.NoError(t, closeClient(t, c, time.Second))
 		assert.Empty(t, api.requests())
 	})

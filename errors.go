@@ -45,21 +45,33 @@ var (
 // validation or cannot be encoded, and for a nil message. It matches
 // ErrInvalidMessage with errors.Is.
 type MessageError struct {
-	Type   string // message type, e.g. "track"; "" when there is no message
-	Field  string // offending field, e.g. "Event" or "Properties"
+	Type string // message type, e.g. "track"; "" when there is no message
+	// Field is the offending field of the message type, as named in Go:
+	// "Event", "UserID or AnonymousID", "Message", or for a value that
+	// cannot be encoded the map holding it: "Properties", "Traits",
+	// "Context" or "Integrations".
+	Field string
+	// Path is the key path of a value that cannot be encoded, from the
+	// JSON key of its map: "properties.revenue", "context.device.ids[2]",
+	// `properties["a.b"]`. It is "" for the other errors.
+	Path   string
 	Reason string
 	Err    error // underlying encoding error, if any
 }
 
-// Error describes the type, field and reason, e.g. "analytics: invalid
-// track message: Event is required" or "analytics: invalid message:
-// Message is nil (…)".
+// Error describes the type, field, reason and key path, e.g. "analytics:
+// invalid track message: Event is required", "analytics: invalid track
+// message: Properties cannot be encoded: properties.revenue: unsupported
+// value NaN" or "analytics: invalid message: Message is nil (…)".
 func (e *MessageError) Error() string {
 	typ := ""
 	if e.Type != "" {
 		typ = e.Type + " "
 	}
 	s := fmt.Sprintf("analytics: invalid %smessage: %s %s", typ, e.Field, e.Reason)
+	if e.Path != "" {
+		s += ": " + e.Path
+	}
 	if e.Err != nil {
 		s += ": " + e.Err.Error()
 	}
