@@ -166,8 +166,9 @@ func invalid(field string, value any, reason string) *ConfigError {
 // WithEndpoint sets the base URL of the tracking API (default
 // DefaultEndpoint). The client posts to Endpoint + "/v1/batch"; one trailing
 // slash is removed (R1). It must be an absolute http or https base URL,
-// such as "https://api.segment.io", without /v1/batch, a query or a
-// fragment; otherwise New returns a *ConfigError that says so.
+// such as "https://api.segment.io", without /v1/batch or /v1, a second
+// trailing slash, a query or a fragment; otherwise New returns a
+// *ConfigError that says so.
 func WithEndpoint(endpoint string) Option {
 	return optionFunc(func(s *settings) { s.Endpoint = endpoint })
 }

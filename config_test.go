@@ -191,6 +191,11 @@ func TestEndpointMustBeTheBaseURL(t *testing.T) {
 		"https://api.segment.io/?",
 		"https://api.segment.io#x",
 		"https://api.segment.io/#",
+		"https://api.segment.io/v1",
+		"https://api.segment.io/v1/",
+		"https://proxy.example.com/segment/V1",
+		"https://api.segment.io//",
+		"https://proxy.example.com/segment//",
 	} {
 		c, err := New("wk", WithEndpoint(ep))
 		assert.Nil(t, c, ep)
@@ -201,7 +206,8 @@ func TestEndpointMustBeTheBaseURL(t *testing.T) {
 			assert.Contains(t, err.Error(), "https://api.segment.io", ep)
 		}
 	}
-	for _, ep := range []string{"https://proxy.example.com/segment", "http://127.0.0.1:1/", "https://api.segment.io/v1/batcher"} {
+	for _, ep := range []string{"https://proxy.example.com/segment", "http://127.0.0.1:1/", "https://api.segment.io/v1/batcher",
+		"https://proxy.example.com/v1x", "https://proxy.example.com/api/v10/"} {
 		c, err := New("wk", WithEndpoint(ep))
 		require.NoError(t, err, ep)
 		require.NoError(t, closeClient(t, c, time.Second))

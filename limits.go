@@ -92,7 +92,8 @@ func (s *settings) validate() error {
 
 // checkEndpoint validates the endpoint (one trailing slash already
 // removed): an absolute http or https base URL, without the /v1/batch path
-// the client appends, a query or a fragment.
+// the client appends (or its /v1), a second trailing slash, a query or a
+// fragment.
 func checkEndpoint(endpoint string) error {
 	shown := redactURL(endpoint)
 	u, err := url.Parse(endpoint)
@@ -102,6 +103,14 @@ func checkEndpoint(endpoint string) error {
 	if strings.HasSuffix(strings.ToLower(u.Path), "/v1/batch") {
 		return invalid("Endpoint", shown, "must be the base URL of the API, such as "+DefaultEndpoint+
 			", without /v1/batch (the client appends it)")
+	}
+	if strings.HasSuffix(strings.ToLower(u.Path), "/v1") {
+		return invalid("Endpoint", shown, "must be the base URL of the API, such as "+DefaultEndpoint+
+			", without /v1 (the client appends /v1/batch)")
+	}
+	if strings.HasSuffix(endpoint, "/") {
+		return invalid("Endpoint", shown, "must not end in // (the client would post to //v1/batch); "+
+			"give the base URL, such as "+DefaultEndpoint)
 	}
 	if u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || strings.Contains(endpoint, "#") {
 		return invalid("Endpoint", shown, "must be the base URL of the API, such as "+DefaultEndpoint+
