@@ -113,11 +113,16 @@ type HTTPError struct {
 	StatusCode int
 	Kind       ErrorKind
 	Message    string
+	// Location is the Location header of a redirect (KindRedirect),
+	// resolved against the request URL, with user information and the write
+	// key removed; "" for other kinds or when the server sent none.
+	Location string
 }
 
 // Error describes kind, status and the server's excerpt, plus what to do
 // for the statuses that usually mean a configuration mistake: 401 and 403
-// (check the write key) and 404 (the endpoint must be the base URL).
+// (check the write key), 404 (the endpoint must be the base URL) and a
+// redirect (its Location, and the WithEndpoint to use instead).
 func (e *HTTPError) Error() string {
 	text := http.StatusText(e.StatusCode)
 	if text == "" {
@@ -133,7 +138,26 @@ func (e *HTTPError) Error() string {
 	case http.StatusNotFound:
 		s += " (the endpoint must be the API's base URL, such as " + DefaultEndpoint + ")"
 	}
+	if e.Kind == KindRedirect {
+		if e.Location == "" {
+			s += " (no Location; nothing was sent anywhere else)"
+		} else {
+			s += fmt.Sprintf(" to %s (not followed, nothing was sent there; if that is the API, point WithEndpoint at it: WithEndpoint(%q))",
+				e.Location, redirectBase(e.Location))
+		}
+	}
 	return s
+}
+
+// redirectBase is the endpoint to configure for a redirect's Location: the
+// URL without the /v1/batch the client appends, a query or a fragment.
+func redirectBase(location string) string {
+	base, _, _ := strings.Cut(location, "#")
+	base, _, _ = strings.Cut(base, "?")
+	if strings.HasSuffix(strings.ToLower(base), "/v1/batch") {
+		base = base[:len(base)-len("/v1/batch")]
+	}
+	return strings.TrimSuffix(base, "/")
 }
 
 // TransportError is a request that got no HTTP response: connection refused
