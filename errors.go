@@ -138,13 +138,9 @@ func (e *HTTPError) Error() string {
 	case http.StatusNotFound:
 		s += " (the endpoint must be the API's base URL, such as " + DefaultEndpoint + ")"
 	}
-	if e.Kind == KindRedirect {
-		if e.Location == "" {
-			s += " (no Location; nothing was sent anywhere else)"
-		} else {
-			s += fmt.Sprintf(" to %s (not followed, nothing was sent there; if that is the API, point WithEndpoint at it: WithEndpoint(%q))",
-				e.Location, redirectBase(e.Location))
-		}
+	if e.Kind == KindRedirect && e.Location != "" {
+		s += fmt.Sprintf(" to %s (not followed, nothing was sent there; if that is the API, point WithEndpoint at it: WithEndpoint(%q))",
+			e.Location, redirectBase(e.Location))
 	}
 	return s
 }

@@ -29,7 +29,7 @@ func TestRedirectErrorShowsLocation(t *testing.T) {
 			"to https://other.example.com/v1/batch", "not followed", `WithEndpoint("https://other.example.com")`}},
 		{"secrets", 308, "https://proxyuser:hunter2@proxy.example.com/ingest?key=secretkey123", []string{
 			"to https://xxxxx@proxy.example.com/ingest?key=[redacted]"}},
-		{"no Location", 302, "", []string{"no Location"}},
+		{"no Location", 302, "", []string{"redirect response 302 Found"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
