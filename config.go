@@ -18,7 +18,8 @@ const (
 	DefaultFlushAt = 250
 	// DefaultFlushInterval is how long a batch may stay open after its first event.
 	DefaultFlushInterval = 5 * time.Second
-	// DefaultQueueCapacity is how many accepted events may wait for a consumer.
+	// DefaultQueueCapacity is how many accepted events the client may hold
+	// while they are not on the wire (see WithQueueCapacity).
 	DefaultQueueCapacity = 10_000
 	// DefaultConsumers is the number of upload goroutines. They send
 	// batches concurrently; a batch waiting for a retry holds none of them
@@ -185,11 +186,14 @@ func WithFlushInterval(d time.Duration) Option {
 	return optionFunc(func(s *settings) { s.FlushInterval = d })
 }
 
-// WithQueueCapacity sets how many accepted events may wait for a consumer
-// (default 10 000; from 1 to MaxQueueCapacity). When that many wait, enqueue calls return
-// ErrQueueFull. Events that fit in the batch a consumer is assembling are
-// already taken and do not count, nor do re-queued rate-limited batches
-// (R43, R44).
+// WithQueueCapacity sets how many accepted events the client may hold
+// while they are not on the wire (default 10 000; from 1 to
+// MaxQueueCapacity): queued, in an open batch, or in a batch waiting in
+// the waiting room for a backoff or rate-limit retry. When that many are
+// held, enqueue calls return ErrQueueFull (EnqueueContext waits). Only
+// events in a request in flight do not count (R43, R44). A batch that has
+// to wait never causes ErrQueueFull itself, but it keeps its room, so
+// during an outage new events are rejected instead of memory growing.
 func WithQueueCapacity(n int) Option {
 	return optionFunc(func(s *settings) { s.QueueCapacity = n })
 }

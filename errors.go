@@ -11,7 +11,9 @@ import (
 // Flush and Close. The event of a call that returned an error is never sent
 // and gets no callback.
 var (
-	// ErrQueueFull: QueueCapacity events are already waiting (R43).
+	// ErrQueueFull: the client already holds QueueCapacity events that are
+	// not on the wire: queued, in an open batch or waiting to be retried
+	// (R43).
 	ErrQueueFull = errors.New("analytics: queue full")
 	// ErrClosed: the client was closed; also returned by a second Close and
 	// by Flush after Close.
