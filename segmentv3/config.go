@@ -133,7 +133,9 @@ var (
 
 // options translates c into the engine's options; c has passed validate.
 func (c Config) options(cl *client) []native.Option {
-	opts := []native.Option{native.WithLogger(zapLogger(c.Logger, c.Verbose))}
+	// Close is bounded by Config.CloseTimeout (client.Close), not by the
+	// engine's own default.
+	opts := []native.Option{native.WithLogger(zapLogger(c.Logger, c.Verbose)), native.WithCloseTimeout(0)}
 	if c.Endpoint != "" {
 		opts = append(opts, native.WithEndpoint(c.Endpoint))
 	}
