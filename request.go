@@ -179,7 +179,7 @@ func (s *sender) send(ctx context.Context, b *batch) (response, error) {
 	if err != nil {
 		return response{}, err
 	}
-	// Exactly the header set of R5–R7; README lists it.
+	// Exactly the header set of R5–R7; docs/reference.md lists it.
 	req.Header = http.Header{
 		"Content-Type":  {"application/json"},
 		"User-Agent":    {s.userAgent},
