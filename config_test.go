@@ -21,6 +21,7 @@ import (
 func TestDefaultConfig(t *testing.T) {
 	c, err := New("wk")
 	require.NoError(t, err)
+	auditLater(t, c, nil)
 	defer func() { require.NoError(t, closeClient(t, c, time.Second)) }()
 	assert.Equal(t, Config{
 		Endpoint:                "https://api.segment.io",
@@ -58,6 +59,7 @@ func TestDefaultConfig(t *testing.T) {
 func TestConfigValidation(t *testing.T) {
 	c, err := New("wk", WithMaxRetries(0), WithMaxTotalBackoffDuration(0), WithMaxRateLimitDuration(0), WithEndpoint("http://127.0.0.1:1/"))
 	require.NoError(t, err)
+	auditLater(t, c, nil)
 	cfg := c.Config()
 	assert.Zero(t, cfg.MaxRetries)
 	assert.Zero(t, cfg.MaxTotalBackoffDuration)
@@ -98,6 +100,7 @@ func TestHTTPClientIsCopied(t *testing.T) {
 	mine := &http.Client{Timeout: time.Minute}
 	c, err := New("wk", WithHTTPClient(mine))
 	require.NoError(t, err)
+	auditLater(t, c, nil)
 	assert.Nil(t, mine.CheckRedirect)
 	assert.True(t, c.Config().CustomHTTPClient)
 	require.NoError(t, closeClient(t, c, time.Second))
@@ -137,6 +140,7 @@ func TestConfigUpperBounds(t *testing.T) {
 		}
 		c, err := New("wk", WithEndpoint("http://127.0.0.1:1"), b.at)
 		require.NoError(t, err, b.field)
+		auditLater(t, c, nil)
 		require.NoError(t, closeClient(t, c, 5*time.Second))
 	}
 	for _, o := range []Option{WithFlushAt(math.MinInt), WithQueueCapacity(math.MinInt), WithConsumers(math.MinInt),
@@ -166,6 +170,7 @@ func TestConfigValidatesFinalValues(t *testing.T) {
 		WithLogger(nil), WithLogger(zap.NewNop()),
 	)
 	require.NoError(t, err)
+	auditLater(t, c, nil)
 	cfg := c.Config()
 	assert.Equal(t, 10, cfg.FlushAt)
 	assert.Equal(t, 20, cfg.QueueCapacity)
@@ -210,6 +215,7 @@ func TestEndpointMustBeTheBaseURL(t *testing.T) {
 		"https://proxy.example.com/v1x", "https://proxy.example.com/api/v10/"} {
 		c, err := New("wk", WithEndpoint(ep))
 		require.NoError(t, err, ep)
+		auditLater(t, c, nil)
 		require.NoError(t, closeClient(t, c, time.Second))
 	}
 }
@@ -219,6 +225,7 @@ func TestEndpointMustBeTheBaseURL(t *testing.T) {
 func TestEndpointUserInfoRedacted(t *testing.T) {
 	c, err := New("wk", WithEndpoint("https://proxyuser:hunter2@proxy.example.com/segment"))
 	require.NoError(t, err)
+	auditLater(t, c, nil)
 	defer func() { require.NoError(t, closeClient(t, c, time.Second)) }()
 	s := c.Config().String()
 	assert.NotContains(t, s, "hunter2")
