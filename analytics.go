@@ -239,10 +239,12 @@ const lastChance = 250 * time.Millisecond
 // OnError with ErrShutdownInterrupted, and returns an error wrapping
 // ErrShutdownInterrupted that says how many events were handed back.
 //
-// Close is bounded by CloseTimeout (WithCloseTimeout, default 30 s) as well
-// as by ctx: whichever ends first interrupts delivery, so
-// Close(context.Background()) returns after at most CloseTimeout + 0.5 s.
-// To give Close more than CloseTimeout, raise WithCloseTimeout too.
+// A ctx without a deadline (context.Background(), or a context that can
+// only be cancelled) is bounded by CloseTimeout (WithCloseTimeout, default
+// 30 s): Close(context.Background()) returns after at most CloseTimeout +
+// 0.5 s, and a cancellation before that still interrupts at once. A ctx
+// with a deadline is bounded by that deadline alone, longer or shorter than
+// CloseTimeout.
 //
 // A ctx that is already done when Close is called (the context that
 // signalled shutdown, or one derived from it) does not hand everything back
@@ -290,7 +292,8 @@ func (c *Client) Close(ctx context.Context) error {
 		defer cancel()
 		c.log.Warn("Close was called with a context that was already done; " +
 			"derive Close's context from context.Background(), not from the one that signalled shutdown")
-	} else if d := c.cfg.CloseTimeout; d > 0 {
+	} else if _, hasDeadline := ctx.Deadline(); !hasDeadline && c.cfg.CloseTimeout > 0 {
+		d := c.cfg.CloseTimeout
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, d, &closeTimeoutError{d})
 		defer cancel()

@@ -87,20 +87,23 @@ func TestCloseWithDoneContextKeepsOnDisk(t *testing.T) {
 	}
 }
 
-// R39: Close is bounded by CloseTimeout as well as by its context, whichever
-// ends first; Close(context.Background()) against a dead endpoint ends.
+// R39: a Close whose context has no deadline is bounded by CloseTimeout, so
+// Close(context.Background()) against a dead endpoint ends; a deadline of
+// the caller's own, shorter or longer, rules alone.
 func TestCloseTimeoutBoundsClose(t *testing.T) {
 	cases := []struct {
 		name    string
 		opts    []Option
-		ctx     time.Duration // 0: context.Background()
+		ctx     time.Duration // 0: context.Background(); < 0: cancelled after -ctx, no deadline
 		returns time.Duration // when Close is interrupted
 	}{
 		{"Background, default", nil, 0, DefaultCloseTimeout},
 		{"Background, WithCloseTimeout(5s)", []Option{WithCloseTimeout(5 * time.Second)}, 0, 5 * time.Second},
-		{"caller's deadline earlier", nil, 2 * time.Second, 2 * time.Second},
-		{"CloseTimeout earlier", []Option{WithCloseTimeout(5 * time.Second)}, time.Minute, 5 * time.Second},
+		{"caller's deadline shorter", nil, 2 * time.Second, 2 * time.Second},
+		{"caller's deadline longer", []Option{WithCloseTimeout(5 * time.Second)}, time.Minute, time.Minute},
 		{"CloseTimeout 0: only the context", []Option{WithCloseTimeout(0)}, 45 * time.Second, 45 * time.Second},
+		{"cancel-only context, cancelled first", nil, -3 * time.Second, 3 * time.Second},
+		{"cancel-only context, never cancelled", []Option{WithCloseTimeout(5 * time.Second)}, -time.Hour, 5 * time.Second},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -112,19 +115,31 @@ func TestCloseTimeoutBoundsClose(t *testing.T) {
 				c := newTestClient(t, api, cb, append([]Option{WithFlushAt(1)}, tc.opts...)...)
 				mustTrack(t, c, "m1")
 				ctx := context.Background()
-				if tc.ctx > 0 {
-					var cancel context.CancelFunc
+				var cancel context.CancelFunc
+				switch {
+				case tc.ctx > 0:
 					ctx, cancel = context.WithTimeout(ctx, tc.ctx)
+				case tc.ctx < 0:
+					ctx, cancel = context.WithCancel(ctx)
+					time.AfterFunc(-tc.ctx, cancel)
+				}
+				if cancel != nil {
 					defer cancel()
 				}
 				start := time.Now()
 				err := c.Close(ctx)
 				within(t, "Close", time.Since(start), tc.returns, tc.returns+500*time.Millisecond)
 				assert.ErrorIs(t, err, ErrShutdownInterrupted)
-				assert.ErrorIs(t, err, context.DeadlineExceeded)
 				assert.ErrorContains(t, err, "1 event(s) handed back")
-				if tc.ctx == 0 || tc.ctx > tc.returns {
+				if tc.ctx == -3*time.Second {
+					assert.ErrorIs(t, err, context.Canceled)
+				} else {
+					assert.ErrorIs(t, err, context.DeadlineExceeded)
+				}
+				if tc.ctx <= 0 && tc.returns != -tc.ctx {
 					assert.ErrorContains(t, err, "CloseTimeout")
+				} else {
+					assert.NotContains(t, err.Error(), "CloseTimeout")
 				}
 				assert.Equal(t, 1, cb.failedWith(ErrShutdownInterrupted))
 				n := len(api.requests())

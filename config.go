@@ -34,8 +34,8 @@ const (
 	DefaultMaxTotalBackoffDuration = 12 * time.Hour
 	// DefaultMaxRateLimitDuration bounds one rate-limit episode.
 	DefaultMaxRateLimitDuration = 12 * time.Hour
-	// DefaultCloseTimeout bounds Close when its context has no earlier
-	// deadline (see WithCloseTimeout).
+	// DefaultCloseTimeout bounds Close when its context has no deadline
+	// (see WithCloseTimeout).
 	DefaultCloseTimeout = 30 * time.Second
 
 	// MaxRetryAfter caps a server's Retry-After: longer values are waited as
@@ -99,8 +99,8 @@ type Config struct {
 	// EventSentAt reports whether every event also carries the attempt's
 	// sentAt (WithEventSentAt; default false).
 	EventSentAt bool
-	// CloseTimeout bounds Close (WithCloseTimeout); 0 means only Close's
-	// context does.
+	// CloseTimeout bounds a Close whose context has no deadline
+	// (WithCloseTimeout); 0 means nothing does.
 	CloseTimeout time.Duration
 }
 
@@ -238,13 +238,14 @@ func WithMaxRateLimitDuration(d time.Duration) Option {
 	return optionFunc(func(s *settings) { s.MaxRateLimitDuration = d })
 }
 
-// WithCloseTimeout bounds Close (default DefaultCloseTimeout, 30 s; from 0
-// to MaxCloseTimeout). Close is interrupted by whichever ends first, its
-// context or CloseTimeout after Close was called, and returns within 0.5 s
-// of that (R39): Close(context.Background()) cannot run for hours against
-// a dead endpoint, and a context with a later deadline than CloseTimeout
-// is cut short, so raise this too to give Close more time. 0 means no
-// bound of the client's own: only Close's context bounds it.
+// WithCloseTimeout bounds a Close whose context has no deadline (default
+// DefaultCloseTimeout, 30 s; from 0 to MaxCloseTimeout): such a Close is
+// interrupted CloseTimeout after it was called, or when its context is
+// cancelled if that comes first, and returns within 0.5 s of that (R39).
+// So Close(context.Background()) cannot run for hours against a dead
+// endpoint. A context with a deadline is bounded by its deadline alone,
+// whether it is shorter or longer than CloseTimeout. 0 leaves a Close
+// without a deadline unbounded.
 func WithCloseTimeout(d time.Duration) Option {
 	return optionFunc(func(s *settings) { s.CloseTimeout = d })
 }

@@ -133,9 +133,7 @@ var (
 
 // options translates c into the engine's options; c has passed validate.
 func (c Config) options(cl *client) []native.Option {
-	// Close is bounded by Config.CloseTimeout (client.Close), not by the
-	// engine's own default.
-	opts := []native.Option{native.WithLogger(zapLogger(c.Logger, c.Verbose)), native.WithCloseTimeout(0)}
+	opts := []native.Option{native.WithLogger(zapLogger(c.Logger, c.Verbose))}
 	if c.Endpoint != "" {
 		opts = append(opts, native.WithEndpoint(c.Endpoint))
 	}
