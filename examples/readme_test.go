@@ -38,13 +38,15 @@ func readmeBlock(t *testing.T, readme, heading, lang string, n int) string {
 }
 
 // newcomerEnv is the environment of a newcomer's go commands: no workspace,
-// and no network (every module comes from the module cache that building
-// this repository filled), so the test checks the README, not the proxy.
+// and the machine's module proxy, as a newcomer has it. This repository's
+// own modules come from the README's replace directives, never the proxy:
+// the module is not published.
 func newcomerEnv() []string {
-	return append(env(), "GOWORK=off", "GOPROXY=off", "GOSUMDB=off", "GOFLAGS=-mod=mod")
+	return append(env(), "GOWORK=off", "GOSUMDB=off", "GOFLAGS=-mod=mod")
 }
 
-// offline matches the go command's error for a package it may not look up.
+// offline matches the go command's error for a package it may not look up
+// (GOPROXY=off in the environment).
 var offline = regexp.MustCompile(`providing package (\S+): module lookup disabled by GOPROXY=off`)
 
 func runIn(t *testing.T, dir string, timeout time.Duration, name string, args ...string) (string, error) {
