@@ -62,6 +62,15 @@ const (
 // operating system when the process dies.
 var ErrDiskBufferLocked = errors.New("analytics: disk buffer directory is in use by another client")
 
+// ErrDiskBufferGone is the cause (see DiskError) of every enqueue call's
+// error once the disk buffer's directory was found removed or replaced
+// while the client used it: checked when a segment fills and at every
+// fsync (each interval with FsyncInterval, each batch with
+// FsyncEveryBatch). Nothing is written to a directory that is gone; the
+// client cannot use the disk buffer again, so such a client should be
+// closed and a new one made.
+var ErrDiskBufferGone = errors.New("analytics: disk buffer directory was removed or replaced while in use")
+
 // DiskError is returned by an enqueue call whose event could not be
 // written to the disk buffer (a read-only or full file system, an I/O
 // error), and by New when the directory cannot be opened. The event of an
@@ -202,6 +211,7 @@ func openDurable(d *diskSettings, zlog *zap.Logger, withMessages bool) (*durable
 		MaxBytes:     d.limit,
 		NoMmap:       d.noMmap,
 		Logf:         func(format string, args ...any) { zlog.Warn(fmt.Sprintf(format, args...)) },
+		Errorf:       func(format string, args ...any) { zlog.Error(fmt.Sprintf(format, args...)) },
 	})
 	if errors.Is(err, diskbuf.ErrLocked) {
 		return nil, nil, fmt.Errorf("%w: %s", ErrDiskBufferLocked, d.dir)
@@ -230,9 +240,10 @@ func openDurable(d *diskSettings, zlog *zap.Logger, withMessages bool) (*durable
 		evs = append(evs, ev)
 	}
 	dur.replayed.Store(int64(len(evs)))
-	if st := log.Stats(); st.Torn+st.Corrupt > 0 || len(evs) > 0 {
+	if st := log.Stats(); st != (diskbuf.Stats{}) || len(evs) > 0 {
 		zlog.Info("disk buffer opened", zap.String("dir", d.dir), zap.Int("replayed", len(evs)),
-			zap.Int("torn", st.Torn), zap.Int("corrupt", st.Corrupt))
+			zap.Int("torn", st.Torn), zap.Int("corrupt", st.Corrupt),
+			zap.Int("missingSegments", st.Missing), zap.Int("skippedEntries", st.Skipped))
 	}
 	if d.policy == FsyncInterval {
 		dur.stopped.Add(1)
@@ -282,6 +293,8 @@ func (d *durable) append(ev *event, data []byte) error {
 		return fmt.Errorf("%w: the disk buffer reached its size limit", ErrQueueFull)
 	case errors.Is(err, diskbuf.ErrClosed):
 		return ErrClosed
+	case errors.Is(err, diskbuf.ErrDirGone):
+		return &DiskError{Op: "append", Dir: d.dir, Err: ErrDiskBufferGone}
 	default:
 		return &DiskError{Op: "append", Dir: d.dir, Err: err}
 	}

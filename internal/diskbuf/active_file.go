@@ -26,6 +26,8 @@ func (a *fileActive) write(off int64, rec []byte) error {
 
 func (a *fileActive) sync() error { return a.f.Sync() }
 
+func (a *fileActive) preallocated() bool { return false }
+
 func (a *fileActive) seal(used int64) error {
 	var terr error
 	if a.failed {

@@ -82,6 +82,7 @@ func testReclaimTerminates(t *testing.T, segBytes int64, n int) {
 		// l.Close would wait for the stuck Ack: left open
 		t.Fatalf("acknowledging %d events in %d-byte segments has not finished after 20 s", n, segBytes)
 	}
+	t.Logf("slowest Ack %v", slowest)
 	if slowest > time.Second {
 		t.Errorf("slowest Ack took %v", slowest)
 	}
