@@ -38,3 +38,5 @@ func (a *fileActive) seal(used int64) error {
 	}
 	return terr
 }
+
+func (a *fileActive) abandon() { a.f.Close() }

@@ -75,3 +75,8 @@ func (a *mmapActive) seal(used int64) error {
 	}
 	return err
 }
+
+func (a *mmapActive) abandon() {
+	_ = syscall.Munmap(a.mem)
+	a.f.Close()
+}

@@ -644,6 +644,9 @@ type active interface {
 	seal(used int64) error
 	// preallocated reports whether the file takes its full size on disk.
 	preallocated() bool
+	// abandon closes the file as it is, neither cut nor synced (what a
+	// crash leaves; tests use it).
+	abandon()
 }
 
 // checkDirLocked returns ErrDirGone (and remembers it) when the directory

@@ -374,7 +374,7 @@ func testLargeAck(t *testing.T, mode Options) {
 
 // crash leaves l as a killed process would: the reclaimer and the lock
 // gone, nothing sealed, cut or deleted. The active segment stays mapped
-// (or open) until the returned func runs.
+// (or open) until the returned func runs (it seals it).
 func crash(l *Log) (release func()) {
 	close(l.quit)
 	<-l.done
@@ -396,5 +396,16 @@ func crash(l *Log) (release func()) {
 		if a != nil {
 			_ = a.seal(end)
 		}
+	}
+}
+
+// kill is crash with the active segment closed as it is at once.
+func kill(l *Log) {
+	l.mu.Lock()
+	a := l.act
+	l.mu.Unlock()
+	crash(l)
+	if a != nil {
+		a.abandon()
 	}
 }
