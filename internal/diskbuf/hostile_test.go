@@ -298,6 +298,9 @@ func TestLimitAcrossCrashes(t *testing.T) {
 		} else if err != nil {
 			t.Fatal(err)
 		}
+		if i == 100_000 {
+			t.Fatalf("%d appends within a %d-byte limit", i, opts.MaxBytes)
+		}
 	}
 	l.Close()
 	for run := 0; run < 6; run++ {
@@ -347,7 +350,8 @@ func TestDirRemoved(t *testing.T) {
 					break
 				}
 			}
-			if !errors.Is(err, ErrDirGone) || n > 10 {
+			t.Logf("append %d: %v", n, err)
+			if !errors.Is(err, ErrDirGone) || n > 20 {
 				t.Fatalf("append %d: %v", n, err)
 			}
 		})
