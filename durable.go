@@ -133,9 +133,12 @@ func WithFsyncInterval(iv time.Duration) DiskOption {
 	})
 }
 
-// WithDiskLimit bounds the bytes the segment files may take (default
-// 512 MiB, at least one segment). Past it, enqueue calls return an error
-// matching ErrQueueFull until delivered events free whole segments.
+// WithDiskLimit bounds the bytes the disk buffer's files may take
+// (default 512 MiB, at least two segments): the segments, the active one
+// counted at its full size, and the acknowledgement files. It holds across
+// restarts: New starts no segment past it. Past it, enqueue calls return
+// an error matching ErrQueueFull until delivered events free whole
+// segments.
 func WithDiskLimit(bytes int64) DiskOption {
 	return diskOptionFunc(func(d *diskSettings) { d.limit = bytes })
 }
@@ -181,8 +184,8 @@ func WithDiskBuffer(dir string, opts ...DiskOption) Option {
 			}
 			o.applyDisk(d)
 		}
-		if d.limit < d.segment {
-			d.errs = append(d.errs, invalid("DiskBuffer.DiskLimit", d.limit, "must be at least the segment size"))
+		if d.limit < 2*d.segment {
+			d.errs = append(d.errs, invalid("DiskBuffer.DiskLimit", d.limit, "must be at least twice the segment size"))
 		}
 		s.errs = append(s.errs, d.errs...)
 		s.disk = d

@@ -74,6 +74,11 @@ const (
 	// (its error is returned at once), so a full disk costs each enqueue
 	// call no system call.
 	retryRotate = 100 * time.Millisecond
+	// minCompact is the size of the ack files below which they are not
+	// compacted; above it, compaction runs whenever they doubled since the
+	// last one, so its work is proportional to the acknowledgements
+	// written.
+	minCompact = 64 << 10
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -211,7 +216,7 @@ func Open(dir string, opts Options) (*Log, []Replayed, error) {
 		lock.Close()
 		return nil, nil, err
 	}
-	l.compactAt.Store(max(opts.SegmentBytes, 2*l.ackBytes.Load()))
+	l.compactAt.Store(max(minCompact, 2*l.ackBytes.Load()))
 	if err := l.newAckFile(); err != nil {
 		l.logf("diskbuf: no new ack file at open (tried again in the background): %v", err)
 	}
@@ -373,7 +378,7 @@ func (l *Log) load() ([]Replayed, error) {
 			switch kind {
 			case kindAck:
 				forEachPair(p, func(sq, off uint64) {
-					if off <= 1<<32 {
+					if off < 1<<32 {
 						acked[sq] = append(acked[sq], uint32(off))
 					}
 					maxSeq = max(maxSeq, sq)
@@ -1149,7 +1154,7 @@ func (l *Log) compact() {
 	l.ackFiles = slices.DeleteFunc(l.ackFiles, func(seq uint64) bool { return seq < target })
 	l.ackMu.Unlock()
 	l.ackBytes.Add(int64(len(out)) - oldBytes)
-	l.compactAt.Store(max(l.opts.SegmentBytes, 2*l.ackBytes.Load()))
+	l.compactAt.Store(max(minCompact, 2*l.ackBytes.Load()))
 }
 
 func writeFileSync(path string, data []byte) error {
