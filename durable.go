@@ -73,7 +73,9 @@ var ErrDiskBufferGone = errors.New("analytics: disk buffer directory was removed
 
 // DiskError is returned by an enqueue call whose event could not be
 // written to the disk buffer (a read-only or full file system, an I/O
-// error), and by New when the directory cannot be opened. The event of an
+// error, the directory removed: ErrDiskBufferGone), and by New when the
+// directory cannot be opened or is refused (not private to this user, a
+// file of an unknown format version). The event of an
 // enqueue call that returned it was not accepted. Errors from the file
 // system are visible with errors.Is and errors.As (for example
 // errors.Is(err, syscall.ENOSPC)).
@@ -165,7 +167,11 @@ func WithSegmentSize(bytes int64) DiskOption {
 // Kept set). New sends the events an earlier client left in dir before
 // any new one, with the same messageIds; callbacks receive them as
 // messages decoded from the stored JSON. One client at a time may use dir:
-// New fails with ErrDiskBufferLocked otherwise.
+// New fails with ErrDiskBufferLocked otherwise. dir must be private to the
+// process's user: New refuses (with a *DiskError saying why) a directory
+// writable by group or others or owned by another user. New opens a
+// directory on a full disk (enqueue calls then return a *DiskError until
+// delivered events free space).
 //
 // An enqueue call then costs one write(2) more; it returns an error
 // matching ErrQueueFull past the disk limit (WithDiskLimit) and a
