@@ -103,4 +103,3 @@ func TestUnsafeDirRefused(t *testing.T) {
 		t.Fatalf("owned by another user: %v", err)
 	}
 }
-
