@@ -3,7 +3,6 @@ package analytics
 import (
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -71,12 +70,8 @@ func TestDurableFullDisk(t *testing.T) {
 	fillDisk(t, mnt)
 
 	api := newFakeAPI(nil)
-	c2, err := New("wk", WithEndpoint("http://api.test"), WithHTTPClient(&http.Client{Transport: api}),
-		WithDiskBuffer(dir, WithSegmentSize(64<<10)))
-	if err != nil {
-		t.Fatalf("New on a full disk: %v", err)
-	}
-	err = c2.Track(track("new1"))
+	c2 := newTestClient(t, api, nil, WithDiskBuffer(dir, WithSegmentSize(64<<10))) // fails the test if New fails
+	err := c2.Track(track("new1"))
 	var de *DiskError
 	if !errors.As(err, &de) || de.Op != "append" || !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("Track on a full disk: %v", err)
