@@ -292,11 +292,9 @@ func forModes(t *testing.T, f func(*testing.T, Options)) {
 }
 
 // TestStuckEventKeepsOnlyItsSegment: one event of the first segment never
-// gets its outcome while hundreds of others do, acknowledged in batches
-// (so an acknowledgement often lands in a newer segment than its event).
-// The later segments are deleted anyway — their acknowledgements of the
-// first segment's events are carried forward — and a reopen replays only
-// the stuck event.
+// gets its outcome while hundreds of others do, acknowledged in batches.
+// The later segments are deleted anyway, and a reopen replays only the
+// stuck event.
 func TestStuckEventKeepsOnlyItsSegment(t *testing.T) { forModes(t, testStuckEventKeepsOnlyItsSegment) }
 
 func testStuckEventKeepsOnlyItsSegment(t *testing.T, mode Options) {
