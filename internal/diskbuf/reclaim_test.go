@@ -3,6 +3,9 @@ package diskbuf
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 )
@@ -91,5 +94,65 @@ func testReclaimTerminates(t *testing.T, segBytes int64, n int) {
 	}
 	if segs := segFiles(t, dir); len(segs) != 0 {
 		t.Fatalf("%d segments left after every event was acknowledged", len(segs))
+	}
+}
+
+// TestCompaction: acknowledgements of many events outgrow the compaction
+// threshold several times; the ack files are compacted in the background
+// (few files, far fewer bytes than were written), and after a crash —
+// with a compaction's temporary file left behind — a reopen replays
+// exactly the events without an outcome.
+func TestCompaction(t *testing.T) {
+	dir := t.TempDir()
+	l, _, err := Open(dir, Options{SegmentBytes: 64 << 10, MaxBytes: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 60_000
+	var kept []string
+	var batch []ackRef
+	for i := 0; i < n; i++ {
+		p := payload(i)
+		s, off, err := l.Append(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i%10_000 == 7 {
+			kept = append(kept, string(p))
+			continue
+		}
+		if batch = append(batch, ackRef{s, off}); len(batch) == 100 {
+			ackAll(t, l, batch)
+			batch = batch[:0]
+		}
+	}
+	ackAll(t, l, batch)
+	l.Reclaim()
+	l.compactAt.Store(0) // compact now, whatever the ack files' growth
+	l.Reclaim()
+	acks, _ := filepath.Glob(filepath.Join(dir, "*"+ackSuffix))
+	var ackBytes int64
+	for _, p := range acks {
+		fi, _ := os.Stat(p)
+		ackBytes += fi.Size()
+	}
+	// what must stay: the acknowledgements of the segments still present
+	// (at most 6 bytes each, one per event record)
+	segs := len(segFiles(t, dir))
+	need := int64(segs) * (64 << 10) / int64(headerSize+1+len(payload(0))) * 6
+	if len(acks) != 2 || ackBytes > need+1024 || segs > len(kept)+1 {
+		t.Fatalf("%d ack files, %d bytes (need at most %d), %d segments", len(acks), ackBytes, need, segs)
+	}
+	t.Logf("%d ack files, %d bytes; %d segments", len(acks), ackBytes, len(segFiles(t, dir)))
+	kill(l)
+	if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("%020d%s%s", 1, ackSuffix, tmpSuffix)), []byte("half a compaction"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, st := reopen(t, dir)
+	if !slices.Equal(got, kept) || st != (Stats{}) {
+		t.Fatalf("replayed %d events (want %d), stats %+v", len(got), len(kept), st)
+	}
+	if m, _ := filepath.Glob(filepath.Join(dir, "*"+tmpSuffix)); len(m) != 0 {
+		t.Fatalf("left %v", m)
 	}
 }
