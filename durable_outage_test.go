@@ -49,16 +49,21 @@ func (a *idAPI) RoundTrip(req *http.Request) (*http.Response, error) {
 // reclaim once spun forever holding the log's lock (Track blocked, Close
 // never returned): 64 KiB segments, room for 1 M events, 100 000 events
 // tracked through 15 s of 503s, then 200s. All of them must be delivered
-// within 20 s of the recovery, no Track may take more than 50 ms (real
-// time: the bubble's clock stands still during a call), and Close with a
-// 1 s deadline must return within 1.5 s. A watchdog outside the bubble
+// within 20 s of the recovery, Track must stay under 50 ms (real time:
+// the bubble's clock stands still during a call; the 99.9th percentile,
+// as a loaded machine can take a core away from any call), and Close with
+// a 1 s deadline must return within 1.5 s. Under the race detector it runs
+// 20 000 events with ten times the time bounds. A watchdog outside the bubble
 // fails the test if it makes no progress for 60 s of real time (a spin
 // would never let fake time advance).
 func TestDurableOutageSmallSegments(t *testing.T) {
 	if testing.Short() {
 		t.Skip("100 000 events")
 	}
-	const n = 100_000
+	n := int64(100_000)
+	if raceEnabled {
+		n = 20_000 // the race detector makes each call several times slower
+	}
 	dir := t.TempDir()
 	var progress atomic.Int64
 	stop := make(chan struct{})
@@ -87,8 +92,8 @@ func TestDurableOutageSmallSegments(t *testing.T) {
 			WithOnSuccess(func(m []Message) { succeeded.Add(int64(len(m))) }),
 			WithOnError(func(_ error, m []Message) { failed.Add(int64(len(m))) }))
 		calls := make([]time.Duration, 0, n)
-		for i := 0; i < n; i++ {
-			if i%1000 == 0 {
+		for i := int64(0); i < n; i++ {
+			if i%(n/100) == 0 {
 				time.Sleep(150 * time.Millisecond) // 100 steps: the 15 s outage
 			}
 			r0 := realNow()
@@ -103,7 +108,11 @@ func TestDurableOutageSmallSegments(t *testing.T) {
 		// On a loaded 2-core machine a call can lose its core for a while:
 		// the bound is on the 99.9th percentile, and a blocked Track (the
 		// old livelock) fails the test far beyond the bound on the slowest.
-		if p999 > 50*time.Millisecond || slowest > time.Second {
+		bound, worst := 50*time.Millisecond, time.Second
+		if raceEnabled {
+			bound, worst = 10*bound, 10*worst
+		}
+		if p999 > bound || slowest > worst {
 			t.Errorf("Track (real time): 99.9th percentile %v, slowest %v", p999, slowest)
 		}
 		for c.Stats().Delivered < n && time.Since(recovery) < 20*time.Second {
@@ -123,7 +132,7 @@ func TestDurableOutageSmallSegments(t *testing.T) {
 			t.Errorf("callbacks: %d successes, %d failures, want %d and 0", succeeded.Load(), failed.Load(), n)
 		}
 		api.mu.Lock()
-		if len(api.ids) != n {
+		if int64(len(api.ids)) != n {
 			t.Errorf("the server got %d distinct messageIds, want %d", len(api.ids), n)
 		}
 		api.mu.Unlock()
