@@ -167,8 +167,9 @@ type Log struct {
 	ackSize   int64 // bytes of ackF
 	ackFiles  []uint64
 	ackDirty  atomic.Bool
-	ackBuf    []byte
-	ackBytes  atomic.Int64 // bytes of every ack file
+	ackBuf     []byte
+	ackWritten atomic.Int64 // bytes of ack records written by this Log
+	ackBytes   atomic.Int64 // bytes of every ack file
 	compactAt atomic.Int64 // compaction starts once ackBytes exceeds this
 	unmarked  []gap        // segments to mark as deleted (missing at Open, or deleted without a marker); reclaimer only
 
@@ -851,6 +852,7 @@ func (l *Log) writeAckLocked(b []byte) error {
 	}
 	l.ackSize += int64(len(b))
 	l.ackBytes.Add(int64(len(b)))
+	l.ackWritten.Add(int64(len(b)))
 	l.ackDirty.Store(true)
 	return nil
 }
@@ -1243,11 +1245,12 @@ func (l *Log) Size() int64 {
 	return l.usedLocked()
 }
 
-// Written returns the bytes of the event records this Log has written.
+// Written returns the bytes of the records (events and acknowledgements)
+// this Log has written.
 func (l *Log) Written() int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.written
+	return l.written + l.ackWritten.Load()
 }
 
 // Segments returns the number of segment files.
