@@ -161,17 +161,17 @@ type Log struct {
 	dirty    atomic.Bool
 	stats    Stats
 
-	ackMu     sync.Mutex // the ack file
-	ackF      *os.File   // nil after Close or when it could not be created
-	ackSeq    uint64
-	ackSize   int64 // bytes of ackF
-	ackFiles  []uint64
-	ackDirty  atomic.Bool
+	ackMu      sync.Mutex // the ack file
+	ackF       *os.File   // nil after Close or when it could not be created
+	ackSeq     uint64
+	ackSize    int64 // bytes of ackF
+	ackFiles   []uint64
+	ackDirty   atomic.Bool
 	ackBuf     []byte
 	ackWritten atomic.Int64 // bytes of ack records written by this Log
 	ackBytes   atomic.Int64 // bytes of every ack file
-	compactAt atomic.Int64 // compaction starts once ackBytes exceeds this
-	unmarked  []gap        // segments to mark as deleted (missing at Open, or deleted without a marker); reclaimer only
+	compactAt  atomic.Int64 // compaction starts once ackBytes exceeds this
+	unmarked   []gap        // segments to mark as deleted (missing at Open, or deleted without a marker); reclaimer only
 
 	wake  chan struct{}
 	flush chan chan struct{} // Reclaim's requests
