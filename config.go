@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/relaykit/analytics-go/internal/shared"
 	"go.uber.org/zap"
 )
 
@@ -139,6 +140,7 @@ type settings struct {
 
 	defaultContext, defaultProperties map[string]any    // see defaults.go
 	attemptHook                       func(AttemptInfo) // see observe.go
+	compat                            shared.Compat     // see compat.go
 }
 
 // Option configures a Client in New. Options are applied in order; a later
@@ -305,7 +307,7 @@ func resolve(writeKey string, opts []Option) (settings, error) {
 	if len(s.errs) > 0 {
 		return s, s.errs[0]
 	}
-	if strings.TrimSpace(writeKey) == "" {
+	if strings.TrimSpace(writeKey) == "" && !s.compat.AllowEmptyWriteKey {
 		return s, invalid("WriteKey", `""`, "must not be empty")
 	}
 	s.Endpoint = strings.TrimSuffix(s.Endpoint, "/") // R1

@@ -29,6 +29,8 @@ type encoder struct {
 	// WithDefaultProperties maps (nil without them), merged under the
 	// event's own maps.
 	defaults *defaults
+	// noLibrary: no context.library stamp, and no empty context (compat.go).
+	noLibrary bool
 }
 
 // header opens the object with the fields every message has. An empty id
@@ -84,10 +86,15 @@ func (e *encoder) tail(key string, m map[string]any, ctx, integrations map[strin
 			return &MessageError{Type: e.typ, Field: key, Reason: "cannot be encoded", Err: e.err}
 		}
 	}
-	e.buf = append(e.buf, `,"context":`...)
-	e.object(ctx, defaultCtx, 0, "library")
-	if e.err != nil {
-		return &MessageError{Type: e.typ, Field: "Context", Reason: "cannot be encoded", Err: e.err}
+	if stamp := "library"; !e.noLibrary || ctx != nil || defaultCtx != nil {
+		if e.noLibrary {
+			stamp = ""
+		}
+		e.buf = append(e.buf, `,"context":`...)
+		e.object(ctx, defaultCtx, 0, stamp)
+		if e.err != nil {
+			return &MessageError{Type: e.typ, Field: "Context", Reason: "cannot be encoded", Err: e.err}
+		}
 	}
 	if integrations != nil {
 		e.buf = append(e.buf, `,"integrations":`...)
