@@ -66,9 +66,9 @@ type Client struct {
 	q            *queue
 	room         *waitingRoom
 	settle       *settler
-	withMessages bool      // a callback is registered: events carry a copy of their Message
-	defaults     *defaults // WithDefaultContext, WithDefaultProperties; nil without them
-	disk         *durable  // WithDiskBuffer; nil in memory mode
+	withMessages bool         // a callback is registered: events carry a copy of their Message
+	defaults     *defaults    // WithDefaultContext, WithDefaultProperties; nil without them
+	disk         *durable     // WithDiskBuffer; nil in memory mode
 	noLibrary    bool         // shared.Compat NoLibrary (compat.go)
 	stopRetries  *atomic.Bool // shared.Compat FastClose: set when Close begins; nil without
 

@@ -171,4 +171,3 @@ func TestCompatFastClose(t *testing.T) {
 		}
 	})
 }
-

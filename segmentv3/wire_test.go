@@ -110,10 +110,10 @@ func TestWireContext(t *testing.T) {
 		events := api.events()
 		require.Len(t, events, 2)
 		assert.Equal(t, map[string]interface{}{
-			"app":      map[string]interface{}{"name": "default-app"},
-			"locale":   "en-US",
-			"tenant":   "t1",
-			"library":  library,
+			"app":     map[string]interface{}{"name": "default-app"},
+			"locale":  "en-US",
+			"tenant":  "t1",
+			"library": library,
 		}, api.reqs[0].body["context"])
 		assert.Equal(t, map[string]interface{}{
 			"locale":   "fr-FR",
