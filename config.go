@@ -235,7 +235,9 @@ func WithGzip(enabled bool) Option {
 }
 
 // WithHTTPClient sets the HTTP client used for uploads (default: a client
-// with a clone of http.DefaultTransport). The client is copied, not changed:
+// with a clone of http.DefaultTransport, or with http.DefaultTransport
+// itself when a program replaced it by a RoundTripper that is not an
+// *http.Transport, as httpmock.Activate does). The client is copied, not changed:
 // the copy gets the SDK's redirect policy (307/308 followed within the
 // origin only, every other 3xx reported as a failure, R11). Per-attempt timeouts come from
 // WithHTTPTimeout; the client's own Timeout, if set, also applies. A nil
