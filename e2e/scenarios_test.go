@@ -962,6 +962,7 @@ func TestS30ConfigValidation(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { auditClient(t, c, nil) }) // after the test has closed it
 		defer closeClient(t, c)
 		got := c.Config()
 		if got.MaxRetries != 0 || got.MaxTotalBackoffDuration != 0 || got.MaxRateLimitDuration != 0 {
