@@ -387,6 +387,10 @@ func TestEmptyWriteKey(t *testing.T) {
 		_, err = analytics.NewWithConfig("key", bad)
 		assert.ErrorAs(t, err, &ce)
 	}
+	huge := &analytics.Context{Extra: map[string]interface{}{"blob": strings.Repeat("x", 40_000)}}
+	_, err = analytics.NewWithConfig("key", analytics.Config{DefaultContext: huge})
+	require.ErrorAs(t, err, &ce, "the body's context counts in the 500 KB budget: it must stay small")
+	assert.Equal(t, "DefaultContext", ce.Field)
 }
 
 // Logger gets the engine's errors through Errorf, Verbose adds debug lines;

@@ -108,6 +108,9 @@ func NewWithConfig(writeKey string, config Config) (Client, error) {
 	n, err := native.New(writeKey, config.options(c, fields)...)
 	if err != nil {
 		var ce *native.ConfigError
+		if errors.As(err, &ce) && ce.Field == "BodyFields" { // the body's context: DefaultContext
+			return nil, ConfigError{Reason: "encodes to more than 32 KiB of JSON", Field: "DefaultContext", Value: config.DefaultContext}
+		}
 		if errors.As(err, &ce) {
 			return nil, ConfigError{Reason: ce.Reason, Field: ce.Field, Value: configValue(config, ce)}
 		}

@@ -78,6 +78,8 @@ type Config struct {
 	// modified). Events carry only their own Context. A DefaultContext
 	// that cannot be encoded as JSON makes every message fail: Enqueue
 	// returns nil and Callback.Failure receives the *json.MarshalerError.
+	// One larger than 32 KiB of JSON fails NewWithConfig (it counts in
+	// every request's 500 000 bytes).
 	DefaultContext *Context
 
 	// RetryAfter, when set, is the wait before each counted retry: the
@@ -157,6 +159,11 @@ var (
 	ErrMessageTooBig = errors.New("the message exceeds the maximum allowed size")
 )
 
+// v3MaxRetries is the number of counted retries of a batch, as in v3 (10
+// attempts in all there; 10 retries after the first attempt here), whatever
+// the engine's default. NativeOptions can change it.
+const v3MaxRetries = 10
+
 // options translates c into the engine's options; c has passed validate.
 // batchFields are the request body's extra top-level members.
 func (c Config) options(cl *client, batchFields []byte) []native.Option {
@@ -169,7 +176,11 @@ func (c Config) options(cl *client, batchFields []byte) []native.Option {
 	if c.RetryAfter != nil {
 		compat.RetryDelay = c.RetryAfter
 	}
-	opts := []native.Option{native.WithLogger(cl.log), shared.CompatOption(compat).(native.Option)}
+	opts := []native.Option{
+		native.WithLogger(cl.log),
+		shared.CompatOption(compat).(native.Option),
+		native.WithMaxRetries(v3MaxRetries),
+	}
 	if c.Endpoint != "" {
 		opts = append(opts, native.WithEndpoint(c.Endpoint))
 	}
