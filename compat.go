@@ -68,9 +68,11 @@ func (c *Client) fastClose() {
 }
 
 // dueNow makes every waiting batch due at now and opens the gate, for a
-// Close that waits for no retry.
+// Close that waits for no retry; a batch that a consumer puts in the room
+// later (its outcome was decided before Close began) is due at once too.
 func (r *waitingRoom) dueNow(now time.Time) {
 	r.mu.Lock()
+	r.noWait = true
 	r.deadline, r.start = time.Time{}, time.Time{}
 	for i := range r.waiting {
 		if r.waiting[i].due.After(now) {

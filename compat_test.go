@@ -171,3 +171,33 @@ func TestCompatFastClose(t *testing.T) {
 		}
 	})
 }
+
+// FastClose: a request in flight when Close begins whose answer is
+// retryable fails at once, and so does one answered 429 with a
+// Retry-After: Close does not wait for the backoff or the deadline.
+func TestCompatFastCloseInFlight(t *testing.T) {
+	for _, rep := range []reply{{status: 503, hold: time.Second}, {status: 429, header: map[string]string{"Retry-After": "120"}, hold: time.Second}} {
+		synctest.Test(t, func(t *testing.T) {
+			api := newFakeAPI(func(int, seen) reply { return rep })
+			cb := &callbacks{}
+			c := newTestClient(t, api, cb, WithFlushAt(1), compatOption(shared.Compat{FastClose: true}))
+			mustTrack(t, c, "m1")
+			time.Sleep(500 * time.Millisecond) // the request is in flight
+			start := time.Now()
+			if err := closeClient(t, c, 10*time.Second); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			if d := time.Since(start); d != 500*time.Millisecond {
+				t.Errorf("status %d: Close took %v, want the 0.5 s the answer took", rep.status, d)
+			}
+			errs := cb.errors()
+			var he *HTTPError
+			if len(errs) != 1 || !errors.As(errs[0].err, &he) || he.StatusCode != rep.status {
+				t.Errorf("status %d: OnError calls %v, want one with the *HTTPError", rep.status, errs)
+			}
+			if n := len(api.requests()); n != 1 {
+				t.Errorf("status %d: %d requests, want 1", rep.status, n)
+			}
+		})
+	}
+}
