@@ -414,3 +414,77 @@ func TestTruncatedJSONRecordIsSkipped(t *testing.T) {
 		})
 	}
 }
+
+// R29, R47: the waiting room gives batches back by due instant, ties in
+// arrival order, whatever order they arrived in. The batches are real:
+// queued, taken, and settled at the end, so the ledger and the capacity
+// places add up.
+func TestWaitingRoomDueOrderWithQueuedBatches(t *testing.T) {
+	places := newCapacity(10)
+	q := newQueue(places, 1, batchEventBytes, time.Second)
+	room := newWaitingRoom(time.Hour, places)
+	settle := &settler{log: zap.NewNop(), ledger: q}
+	t0 := time.Now()
+	take := func(id string) *batch {
+		t.Helper()
+		require.NoError(t, q.push(event{data: []byte(`{"messageId":"` + id + `"}`)}))
+		b, _ := q.take(t0)
+		require.NotNil(t, b)
+		return b
+	}
+	// Arrival order b1, b2, b3, b4; due order b2 = b4 (tie: b2 arrived first), b3, b1.
+	dues := []struct {
+		id  string
+		due time.Duration
+	}{{"b1", 3 * time.Second}, {"b2", time.Second}, {"b3", 2 * time.Second}, {"b4", time.Second}}
+	for _, d := range dues {
+		require.True(t, room.wait(take(d.id), t0.Add(d.due)))
+	}
+	assert.Equal(t, int64(4), places.held.Load(), "waiting batches hold their places (R43)")
+	b, wait, closed, _ := room.next(t0)
+	assert.Nil(t, b, "nothing is due yet")
+	assert.False(t, closed)
+	assert.Equal(t, time.Second, wait, "until the earliest due instant, not the first arrival's")
+	var order []string
+	for {
+		b, _, _, _ := room.next(t0.Add(5 * time.Second))
+		if b == nil {
+			break
+		}
+		order = append(order, string(b.events[0].data[len(`{"messageId":"`):len(`{"messageId":"`)+2]))
+		settle.delivered(b)
+	}
+	assert.Equal(t, []string{"b2", "b4", "b3", "b1"}, order)
+	assert.Zero(t, places.held.Load())
+	assert.Nil(t, q.mark(), "every event has its outcome")
+}
+
+// R46, R43: when the client holds QueueCapacity events no further event
+// can join the open batch, so it closes at once instead of waiting for
+// FlushInterval; the producer gets its places back as soon as it leaves.
+func TestFullClientClosesTheBatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := newFakeAPI(nil)
+		cb := &callbacks{}
+		c := newTestClient(t, api, cb, WithQueueCapacity(3), WithFlushAt(100), WithFlushInterval(time.Hour), WithConsumers(1))
+		start := time.Now()
+		for _, id := range []string{"e1", "e2"} {
+			mustTrack(t, c, id)
+		}
+		synctest.Wait()
+		assert.Empty(t, api.requests(), "two of three places: the batch stays open")
+		mustTrack(t, c, "e3")
+		synctest.Wait()
+		reqs := api.requests()
+		require.Equal(t, 1, len(reqs), "the third event fills the client: the batch leaves")
+		assert.Equal(t, []string{"e1", "e2", "e3"}, reqs[0].ids)
+		assert.Equal(t, time.Duration(0), reqs[0].at.Sub(start), "at once, not after FlushInterval")
+		for _, id := range []string{"e4", "e5", "e6"} {
+			mustTrack(t, c, id) // the places came back when the batch was taken
+		}
+		synctest.Wait()
+		require.Equal(t, 2, len(api.requests()))
+		require.NoError(t, closeClient(t, c, time.Second))
+		assert.Equal(t, []string{"e1", "e2", "e3", "e4", "e5", "e6"}, cb.delivered())
+	})
+}
