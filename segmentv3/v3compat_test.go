@@ -137,3 +137,24 @@ func TestReplacedDefaultTransport(t *testing.T) {
 		assert.True(t, strings.HasPrefix(api.reqs[0].url, analytics.DefaultEndpoint))
 	})
 }
+
+// The uid and now seams of Config (set by v3's own tests) stamp the
+// messages that have no MessageId or Timestamp.
+func TestStampSeams(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := &fakeAPI{}
+		config := analytics.Config{Transport: api}
+		mock := time.Date(2009, time.November, 10, 23, 0, 0, 0, time.FixedZone("X", 3600))
+		analytics.SetStamps(&config, func() string { return "I'm unique" }, func() time.Time { return mock })
+		client, err := analytics.NewWithConfig("key", config)
+		require.NoError(t, err)
+		require.NoError(t, client.Enqueue(analytics.Track{UserId: "u", Event: "e"}))
+		require.NoError(t, client.Enqueue(analytics.Track{UserId: "u", Event: "e", MessageId: "own"}))
+		require.NoError(t, client.Close())
+		events := api.events()
+		require.Len(t, events, 2)
+		assert.Equal(t, "I'm unique", events[0]["messageId"])
+		assert.Equal(t, "2009-11-10T22:00:00Z", events[0]["timestamp"], "the seam's clock, in UTC")
+		assert.Equal(t, "own", events[1]["messageId"])
+	})
+}
