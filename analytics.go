@@ -66,10 +66,12 @@ type Client struct {
 	q            *queue
 	room         *waitingRoom
 	settle       *settler
-	withMessages bool      // a callback is registered: events carry a copy of their Message
-	defaults     *defaults // WithDefaultContext, WithDefaultProperties; nil without them
-	disk         *durable  // WithDiskBuffer; nil in memory mode
-	limits       *limits   // the server's limits learned from its refusals (R67, R68)
+	withMessages bool         // a callback is registered: events carry a copy of their Message
+	defaults     *defaults    // WithDefaultContext, WithDefaultProperties; nil without them
+	disk         *durable     // WithDiskBuffer; nil in memory mode
+	limits       *limits      // the server's limits learned from its refusals (R67, R68)
+	noLibrary    bool         // shared.Compat NoLibrary (compat.go)
+	stopRetries  *atomic.Bool // shared.Compat FastClose: set when Close begins; nil without
 
 	closed          atomic.Bool        // fast path for enqueue after Close
 	retire          chan struct{}      // closed by Close once consumers are no longer needed
@@ -92,7 +94,7 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 		return nil, err
 	}
 	places := newCapacity(s.QueueCapacity)
-	q := newQueue(places, s.FlushAt, batchEventBytes, s.FlushInterval)
+	q := newQueue(places, s.FlushAt, batchEventBytes-len(s.compat.BodyFields), s.FlushInterval)
 	q.perEvent = eventSentAtExtra(s.EventSentAt) // R45 with R59
 	lim := newLimits(q, s.writeKey)
 	cfg := s.Config
@@ -111,8 +113,12 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 		},
 		withMessages: s.onSuccess != nil || s.onError != nil,
 		defaults:     newDefaults(s.defaultContext, s.defaultProperties),
+		noLibrary:    s.compat.NoLibrary,
 		retire:       make(chan struct{}),
 		limits:       lim,
+	}
+	if s.compat.FastClose {
+		c.stopRetries = new(atomic.Bool)
 	}
 	if s.disk != nil {
 		var replay []event
@@ -134,6 +140,8 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 		maxBackoffTotal: s.MaxTotalBackoffDuration,
 		backoff:         s.Backoff,
 		httpTimeout:     s.HTTPTimeout,
+		retryDelay:      s.compat.RetryDelay,
+		stop:            c.stopRetries,
 	}
 	if s.oauth != nil {
 		c.auth = newTokenSource(s.oauth, httpClient, &s, c.room)
@@ -277,6 +285,7 @@ func (c *Client) Close(ctx context.Context) error {
 		return ErrClosed
 	}
 	c.closed.Store(true)
+	c.fastClose()
 	// Whatever happens below, consumers are stopped and nothing is left
 	// running that Close was meant to end.
 	retireOnce := sync.OnceFunc(func() { close(c.retire) })
