@@ -35,7 +35,7 @@ func rebuildCorpus() (msgs []Message, plain []bool) {
 	plainProps := Properties{"s": "pro", "b": true, "f": false, "i": 42, "neg": -7, "frac": 19.99, "small": 1.5e-9,
 		"big": 3.2e25, "nil": nil, "empty": "", "esc": "a\"b\\c\n\t\u0001<>&", "uni": "ünï € 😀",
 		"nested": map[string]any{"a": 1, "b": []any{"x", 2, 2.5, nil, map[string]any{"deep": true}}, "c": map[string]any{}},
-		"list": []any{1, "two", 3.25, false}, "emptyList": []any{}, "emptyMap": map[string]any{}}
+		"list":   []any{1, "two", 3.25, false}, "emptyList": []any{}, "emptyMap": map[string]any{}}
 	exotic := Properties{"i64": int64(math.MaxInt64), "i32": int32(-5), "u": uint(7), "u64": uint64(9), "u32": uint32(3),
 		"f32": float32(0.1), "whole": 2.0, "negzero": math.Copysign(0, -1), "strs": []string{"a", "b"}, "nilStrs": []string(nil),
 		"nilList": []any(nil), "t": at, "raw": json.RawMessage(`{"r":[1,2.5,"x"]}`), "num": json.Number("12.50"),
