@@ -68,70 +68,98 @@ func (e *encoder) optionalString(key, v string) {
 // tail writes the free-form map (properties or traits), the context with
 // the library stamp, the integrations, and closes the object.
 func (e *encoder) tail(key string, m map[string]any, ctx, integrations map[string]any) error {
-	var defaultProps, defaultCtx map[string]any
+	var defaultProps, defaultCtx *encodedDefaults
 	if e.defaults != nil {
-		defaultCtx = e.defaults.context
+		defaultCtx = e.defaults.encodedContext
 		if key == "properties" {
-			defaultProps = e.defaults.properties
+			defaultProps = e.defaults.encodedProperties
 		}
 	}
 	if key != "" && (m != nil || defaultProps != nil) {
 		e.buf = append(e.buf, ',', '"')
 		e.buf = append(e.buf, key...)
 		e.buf = append(e.buf, '"', ':')
-		e.object(m, defaultProps, 0, "")
+		e.merged(m, defaultProps, false)
 		if e.err != nil {
-			return &MessageError{Type: e.typ, Field: key, Reason: "cannot be encoded", Err: e.err}
+			return e.fieldError(key)
 		}
 	}
 	e.buf = append(e.buf, `,"context":`...)
-	e.object(ctx, defaultCtx, 0, "library")
+	e.merged(ctx, defaultCtx, true)
 	if e.err != nil {
-		return &MessageError{Type: e.typ, Field: "Context", Reason: "cannot be encoded", Err: e.err}
+		return e.fieldError("Context")
 	}
 	if integrations != nil {
 		e.buf = append(e.buf, `,"integrations":`...)
-		e.object(integrations, nil, 0, "")
+		e.object(integrations, 0)
 		if e.err != nil {
-			return &MessageError{Type: e.typ, Field: "Integrations", Reason: "cannot be encoded", Err: e.err}
+			return e.fieldError("Integrations")
 		}
 	}
 	e.buf = append(e.buf, '}')
 	return nil
 }
 
+// fieldError is the error of an event whose field could not be encoded
+// (e.err): every encoding error of an event is built here.
+func (e *encoder) fieldError(field string) error {
+	return &MessageError{Type: e.typ, Field: field, Reason: "cannot be encoded", Err: e.err}
+}
+
 // libraryJSON is the context.library value every event carries.
 var libraryJSON = `{"name":"` + LibraryName + `","version":"` + Version + `"}`
 
-// object writes m, then the entries of under (defaults, nil for none)
-// whose keys m does not have; with stampLibrary set (the context), it adds
-// the library entry unless m or under has its own.
-func (e *encoder) object(m, under map[string]any, depth int, stampLibrary string) {
-	if depth > maxNesting {
-		e.err = errTooDeep
-		return
-	}
+// merged writes one of an event's top-level maps: m, then the default
+// members whose keys m does not have (the event's own key wins, whatever
+// its value), as JSON encoded at New. With library set (the context), it
+// adds the library entry first unless m or the defaults have their own.
+func (e *encoder) merged(m map[string]any, under *encodedDefaults, library bool) {
 	e.buf = append(e.buf, '{')
 	first := true
-	if stampLibrary != "" {
-		_, own := m[stampLibrary]
-		_, byDefault := under[stampLibrary]
-		if !own && !byDefault {
+	if library {
+		if _, own := m["library"]; !own && (under == nil || !under.library) {
 			e.buf = append(e.buf, `"library":`...)
 			e.buf = append(e.buf, libraryJSON...)
 			first = false
 		}
 	}
 	for k, v := range m {
-		e.entry(&first, k, v, depth)
+		e.entry(&first, k, v, 0)
 		if e.err != nil {
 			return
 		}
 	}
-	for k, v := range under {
-		if _, own := m[k]; own {
-			continue // the event's own key wins
+	if under != nil {
+		if len(m) == 0 {
+			if !first {
+				e.buf = append(e.buf, ',')
+			}
+			e.buf = append(e.buf, under.all...)
+		} else {
+			for i, k := range under.keys {
+				if _, own := m[k]; own {
+					continue
+				}
+				if !first {
+					e.buf = append(e.buf, ',')
+				}
+				first = false
+				e.buf = append(e.buf, under.members[i]...)
+			}
 		}
+	}
+	e.buf = append(e.buf, '}')
+}
+
+// object writes the JSON object m.
+func (e *encoder) object(m map[string]any, depth int) {
+	if depth > maxNesting {
+		e.err = errTooDeep
+		return
+	}
+	e.buf = append(e.buf, '{')
+	first := true
+	for k, v := range m {
 		e.entry(&first, k, v, depth)
 		if e.err != nil {
 			return
@@ -176,7 +204,7 @@ func (e *encoder) value(v any, depth int) {
 	case float32:
 		e.float(float64(x), 32)
 	case map[string]any:
-		e.object(x, nil, depth, "")
+		e.object(x, depth)
 	case []any:
 		if x == nil {
 			e.buf = append(e.buf, "null"...)
