@@ -360,7 +360,12 @@ const hexDigits = "0123456789abcdef"
 func appendString(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0
-	for i := 0; i < len(s); {
+	i := plainPrefix(s)
+	if i == len(s) {
+		b = append(b, s...)
+		return append(b, '"')
+	}
+	for i < len(s) {
 		c := s[i]
 		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
 			i++
@@ -396,6 +401,32 @@ func appendString(b []byte, s string) []byte {
 	}
 	b = append(b, s[start:]...)
 	return append(b, '"')
+}
+
+// plainPrefix returns the length of the longest prefix of s that needs no
+// escaping in JSON (printable ASCII other than '"' and '\\'), eight bytes at
+// a time.
+func plainPrefix(s string) int {
+	const lsb, msb = 0x0101010101010101, 0x8080808080808080
+	i := 0
+	for ; i+8 <= len(s); i += 8 {
+		x := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
+			uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+		quote, backslash := x^(lsb*'"'), x^(lsb*'\\')
+		special := (x - lsb*0x20) & ^x // a byte below 0x20
+		special |= (quote - lsb) & ^quote
+		special |= (backslash - lsb) & ^backslash
+		if (special|x)&msb != 0 { // or a byte of 0x80 and above
+			break
+		}
+	}
+	for i < len(s) {
+		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= utf8.RuneSelf {
+			break
+		}
+		i++
+	}
+	return i
 }
 
 // appendTimestamp appends t as time.RFC3339Nano would. Times in UTC (every
