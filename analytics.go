@@ -89,6 +89,7 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 		return nil, err
 	}
 	places := newCapacity(s.QueueCapacity)
+	places.wakeWhen(s.FlushAt) // blocked producers wake when a batch fits
 	q := newQueue(places, s.FlushAt, batchEventBytes, s.FlushInterval)
 	q.perEvent = eventSentAtExtra(s.EventSentAt) // R45 with R59
 	c := &Client{
