@@ -262,7 +262,7 @@ func (q *queue) drain() []event {
 		evs = append(evs, q.popLocked())
 	}
 	q.mu.Unlock()
-	q.places.release(len(evs))
+	q.places.release(len(evs), true)
 	return evs
 }
 

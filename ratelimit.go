@@ -189,7 +189,7 @@ func (r *waitingRoom) close() []*batch {
 		n += len(w.b.events)
 	}
 	r.waiting = nil
-	r.places.release(n) // handed back: no longer held (R43)
+	r.places.release(n, true) // handed back: no longer held (R43)
 	return bs
 }
 
