@@ -284,8 +284,12 @@ func WithOnSuccess(f func(events []Message)) Option {
 //   - a map that was empty stays an empty map, a nil one stays nil (except
 //     Context, which always has "library").
 //
-// With WithOnSuccess registered as well, every event carries a copy made
-// at enqueue instead (see Message), and OnError gets those copies.
+// Rebuilding decodes the JSON (tens of microseconds and about 50
+// allocations per event), paid only for events that fail or are handed
+// back; a Close that hands back a long queue spends that time before the
+// last OnError call returns. With WithOnSuccess registered as well, every
+// event carries a copy made at enqueue instead (see Message), and OnError
+// gets those copies.
 func WithOnError(f func(err error, events []Message)) Option {
 	return optionFunc(func(s *settings) { s.onError = f })
 }
