@@ -35,7 +35,7 @@ func encodeDefaults(m map[string]any) (*encodedDefaults, error) {
 		first := true
 		e.entry(&first, k, v, 0)
 		if e.err != nil {
-			return nil, e.err
+			return nil, encodedDefaultsError(&e)
 		}
 		member := append([]byte(nil), e.buf...)
 		d.keys, d.members = append(d.keys, k), append(d.members, member)
@@ -92,10 +92,14 @@ func WithDefaultProperties(props map[string]any) Option {
 // checkDefaults encodes m once, so that a value that is not JSON fails New
 // instead of every enqueue call.
 func checkDefaults(m map[string]any) error {
-	if _, err := encodeDefaults(m); err != nil {
-		return fmt.Errorf("cannot be encoded as JSON: %w", err)
-	}
-	return nil
+	_, err := encodeDefaults(m)
+	return err
+}
+
+// encodedDefaultsError is the error of a defaults map that cannot be
+// encoded: the key path of the value and why.
+func encodedDefaultsError(e *encoder) error {
+	return fmt.Errorf("%s cannot be encoded as JSON: %w", e.keyPath(""), e.err)
 }
 
 // newDefaults returns the client's defaults, or nil when there are none, so

@@ -7,6 +7,7 @@ import (
 	"math"
 	"strconv"
 	"time"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -29,6 +30,10 @@ type encoder struct {
 	// WithDefaultProperties maps (nil without them), merged under the
 	// event's own maps.
 	defaults *defaults
+	// path is where the value that set err sits, innermost first: map
+	// keys and [i] array indexes, recorded as the error unwinds (so only
+	// a failing event pays for it). See keyPath.
+	path []string
 }
 
 // header opens the object with the fields every message has. An empty id
@@ -81,29 +86,66 @@ func (e *encoder) tail(key string, m map[string]any, ctx, integrations map[strin
 		e.buf = append(e.buf, '"', ':')
 		e.merged(m, defaultProps, false)
 		if e.err != nil {
-			return e.fieldError(key)
+			return e.encodeError(key)
 		}
 	}
 	e.buf = append(e.buf, `,"context":`...)
 	e.merged(ctx, defaultCtx, true)
 	if e.err != nil {
-		return e.fieldError("Context")
+		return e.encodeError("context")
 	}
 	if integrations != nil {
 		e.buf = append(e.buf, `,"integrations":`...)
 		e.object(integrations, 0)
 		if e.err != nil {
-			return e.fieldError("Integrations")
+			return e.encodeError("integrations")
 		}
 	}
 	e.buf = append(e.buf, '}')
 	return nil
 }
 
-// fieldError is the error of an event whose field could not be encoded
-// (e.err): every encoding error of an event is built here.
-func (e *encoder) fieldError(field string) error {
-	return &MessageError{Type: e.typ, Field: field, Reason: "cannot be encoded", Err: e.err}
+// fieldNames are the message fields of the JSON keys that hold maps, for
+// MessageError.Field: the same name for the same field in every message
+// type.
+var fieldNames = map[string]string{
+	"properties": "Properties", "traits": "Traits", "context": "Context", "integrations": "Integrations",
+}
+
+// encodeError is the *MessageError of a map that could not be encoded: Field
+// is the message field ("Properties"), Path the key path of the value, from
+// the JSON key ("properties.revenue", "context.device.ids[2]").
+func (e *encoder) encodeError(jsonKey string) *MessageError {
+	me := &MessageError{Type: e.typ, Field: fieldNames[jsonKey], Path: e.keyPath(jsonKey), Reason: "cannot be encoded", Err: e.err}
+	e.path = e.path[:0]
+	return me
+}
+
+// keyPath joins root and the recorded path: keys after a dot, indexes and
+// keys that are not plain words in brackets (properties["a.b"]).
+func (e *encoder) keyPath(root string) string {
+	p := root
+	for i := len(e.path) - 1; i >= 0; i-- {
+		if el := e.path[i]; p == "" || el[0] == '[' {
+			p += el
+		} else {
+			p += "." + el
+		}
+	}
+	return p
+}
+
+// pathKey is how a map key appears in a key path.
+func pathKey(k string) string {
+	for _, r := range k {
+		if !(r == '_' || r == '-' || r == '$' || r == '@' || unicode.IsLetter(r) || unicode.IsDigit(r)) {
+			return "[" + strconv.Quote(k) + "]"
+		}
+	}
+	if k == "" {
+		return `[""]`
+	}
+	return k
 }
 
 // libraryJSON is the context.library value every event carries.
@@ -177,6 +219,9 @@ func (e *encoder) entry(first *bool, k string, v any, depth int) {
 	e.buf = appendString(e.buf, k)
 	e.buf = append(e.buf, ':')
 	e.value(v, depth+1)
+	if e.err != nil {
+		e.path = append(e.path, pathKey(k))
+	}
 }
 
 func (e *encoder) value(v any, depth int) {
@@ -217,10 +262,11 @@ func (e *encoder) value(v any, depth int) {
 			}
 			if depth > maxNesting {
 				e.err = errTooDeep
-				return
+			} else {
+				e.value(item, depth+1)
 			}
-			e.value(item, depth+1)
 			if e.err != nil {
+				e.path = append(e.path, "["+strconv.Itoa(i)+"]")
 				return
 			}
 		}
