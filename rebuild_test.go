@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
 	"strconv"
 	"testing"
 	"testing/synctest"
@@ -343,4 +344,25 @@ func pointerTo(m Message) Message {
 		return &v
 	}
 	panic(fmt.Sprintf("unexpected %T", m))
+}
+
+// With OnError alone an enqueue call allocates nothing, as without
+// callbacks, also with default context and properties.
+func TestOnErrorAloneDoesNotAllocate(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are not meaningful under the race detector")
+	}
+	for name, extra := range map[string][]Option{"plain": nil, "defaults": benchDefaults()} {
+		opts := append([]Option{WithEndpoint("http://127.0.0.1:1"), WithHTTPClient(&http.Client{Transport: blockedTransport{}}),
+			WithConsumers(1), WithQueueCapacity(5000), WithOnError(func(error, []Message) {})}, extra...)
+		c, err := New("wk", opts...)
+		require.NoError(t, err)
+		allocs := testing.AllocsPerRun(1000, func() {
+			_ = c.Track(Track{UserID: "u1", Event: "Played", Properties: Properties{"plan": "pro", "n": 7}})
+			_ = c.Identify(Identify{UserID: "u1", Traits: Traits{"name": "Ada"}})
+			c.q.discardQueued()
+		})
+		assert.Zero(t, allocs, "%s: allocations per round of two enqueue calls", name)
+		_ = closeClient(t, c, 10*time.Millisecond) // a batch a consumer took is handed back
+	}
 }
