@@ -67,9 +67,11 @@ type Client struct {
 	q            *queue
 	room         *waitingRoom
 	settle       *settler
-	keepMessages bool      // OnSuccess is registered: events carry a copy of their Message (see settler.messages)
-	defaults     *defaults // WithDefaultContext, WithDefaultProperties; nil without them
-	disk         *durable  // WithDiskBuffer; nil in memory mode
+	keepMessages bool         // OnSuccess is registered: events carry a copy of their Message (see settler.messages)
+	defaults     *defaults    // WithDefaultContext, WithDefaultProperties; nil without them
+	disk         *durable     // WithDiskBuffer; nil in memory mode
+	noLibrary    bool         // shared.Compat NoLibrary (compat.go)
+	stopRetries  *atomic.Bool // shared.Compat FastClose: set when Close begins; nil without
 
 	closed          atomic.Bool        // fast path for enqueue after Close
 	retire          chan struct{}      // closed by Close once consumers are no longer needed
@@ -93,7 +95,7 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 	}
 	places := newCapacity(s.QueueCapacity)
 	places.wakeWhen(s.FlushAt) // blocked producers wake when a batch fits
-	q := newQueue(places, s.FlushAt, batchEventBytes, s.FlushInterval)
+	q := newQueue(places, s.FlushAt, batchEventBytes-len(s.compat.BodyFields), s.FlushInterval)
 	q.perEvent = eventSentAtExtra(s.EventSentAt) // R45 with R59
 	cfg := s.Config
 	cfg.Endpoint = redactURL(cfg.Endpoint) // safe in every form: %+v, JSON, slog, zap.Any
@@ -111,7 +113,11 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 		},
 		keepMessages: s.onSuccess != nil,
 		defaults:     newDefaults(s.defaultContext, s.defaultProperties),
+		noLibrary:    s.compat.NoLibrary,
 		retire:       make(chan struct{}),
+	}
+	if s.compat.FastClose {
+		c.stopRetries = new(atomic.Bool)
 	}
 	if s.disk != nil {
 		var replay []event
@@ -133,6 +139,8 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 		maxBackoffTotal: s.MaxTotalBackoffDuration,
 		backoff:         s.Backoff,
 		httpTimeout:     s.HTTPTimeout,
+		retryDelay:      s.compat.RetryDelay,
+		stop:            c.stopRetries,
 	}
 	if s.oauth != nil {
 		c.auth = newTokenSource(s.oauth, httpClient, &s, c.room)
@@ -275,6 +283,7 @@ func (c *Client) Close(ctx context.Context) error {
 		return ErrClosed
 	}
 	c.closed.Store(true)
+	c.fastClose()
 	// Whatever happens below, consumers are stopped and nothing is left
 	// running that Close was meant to end.
 	retireOnce := sync.OnceFunc(func() { close(c.retire) })

@@ -3,6 +3,7 @@ package analytics
 import (
 	"context"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -34,6 +35,8 @@ type retryPolicy struct {
 	maxBackoffTotal time.Duration
 	backoff         BackoffPolicy
 	httpTimeout     time.Duration
+	retryDelay      func(k int) time.Duration // shared.Compat RetryDelay; nil: the backoff (compat.go)
+	stop            *atomic.Bool              // shared.Compat FastClose: no retry once set; nil without
 }
 
 func (w *consumer) run() {
@@ -147,6 +150,10 @@ func (w *consumer) attempt(b *batch) {
 	if err == nil && v.outcome != outcomeRateLimited {
 		w.endEpisode() // R34: a response without a usable Retry-After; a transport error is no response
 	}
+	if (v.outcome == outcomeRetry || v.outcome == outcomeRateLimited) && w.policy.stopped() {
+		w.settle.failed(b, b.lastErr) // Close waits for no retry (compat.go)
+		return
+	}
 	switch v.outcome {
 	case outcomeDelivered:
 		w.settle.delivered(b)
@@ -202,10 +209,13 @@ func (w *consumer) retryLater(b *batch, now time.Time) {
 		w.settle.failed(b, &DeliveryError{Reason: ErrBackoffDurationExceeded, Last: b.lastErr, Attempts: b.attempts})
 		return
 	}
-	if b.backoff == nil {
-		b.backoff = newBackoff(w.policy.backoff)
+	d, custom := w.policy.compatDelay(b.retries)
+	if !custom {
+		if b.backoff == nil {
+			b.backoff = newBackoff(w.policy.backoff)
+		}
+		d = b.backoff.NextBackOff() // R26: never Stop with MaxElapsedTime 0
 	}
-	d := b.backoff.NextBackOff() // R26: never Stop with MaxElapsedTime 0
 	b.retries++
 	b.retryPending = true
 	b.rateLimited = false

@@ -24,6 +24,7 @@ type waitingRoom struct {
 	waiting  dueOrder
 	seq      uint64 // arrival order, for ties of due instants
 	closed   bool   // Close has handed everything back: nothing may enter
+	noWait   bool   // Close waits for no retry (dueNow, compat.go): everything is due at once
 
 	ready chan struct{} // cap 1: a batch arrived, or more are due
 }
@@ -49,6 +50,9 @@ func (r *waitingRoom) putLocked(b *batch, due time.Time) bool {
 	if r.closed {
 		return false
 	}
+	if r.noWait {
+		due = time.Time{}
+	}
 	r.seq++
 	heap.Push(&r.waiting, waiter{b: b, due: due, seq: r.seq})
 	r.places.hold(len(b.events)) // never refused, but counted (R44)
@@ -73,7 +77,7 @@ func (r *waitingRoom) rateLimited(now time.Time, d time.Duration, b *batch) (ope
 		r.mu.Unlock()
 		return opened, expired, true
 	}
-	if dl := now.Add(d); dl.After(r.deadline) {
+	if dl := now.Add(d); dl.After(r.deadline) && !r.noWait {
 		r.deadline = dl
 	}
 	b.rateLimited = true
