@@ -321,7 +321,8 @@ func TestEventSentAtSmallestEventsStayUnderTheBodyLimit(t *testing.T) {
 		c := newTestClient(t, api, cb, WithEventSentAt(true), WithFlushAt(MaxFlushAt), WithQueueCapacity(20_000),
 			WithFlushInterval(time.Hour), WithConsumers(1))
 		time.Sleep(1234567891 * time.Nanosecond) // every timestamp has nine fractional digits
-		const n = 3500 // more than one batch holds (about 2 900)
+		// More events than one batch holds (about 2 900 with the sentAt bytes).
+		const n = 3500
 		for i := range n {
 			// A library entry of the caller's replaces the client's: about 121 bytes of JSON.
 			require.NoError(t, c.Track(Track{MessageID: fmt.Sprintf("%05d", i), UserID: "u", Event: "e", Context: Context{"library": 1}}))
