@@ -148,7 +148,7 @@ func TestFlushIntervalWhileABatchWaits(t *testing.T) {
 		time.Sleep(interval + 10*time.Millisecond) // no Flush: it would close e2's batch at once
 		synctest.Wait()
 		e2 := requestsFor(api.requests(), "e2")
-		require.Equal(t, 1, len(e2))
+		require.Equal(t, 1, len(e2), "e2's batch has left FlushInterval after its first event")
 		assert.Equal(t, interval, e2[0].at.Sub(opened), "e2's batch leaves FlushInterval after its first event")
 		assert.Equal(t, 1, len(requestsFor(api.requests(), "e1")), "e2 went before e1's retry was due")
 		require.NoError(t, closeClient(t, c, time.Minute))
