@@ -99,7 +99,7 @@ func (r *waitingRoom) expireLocked() []*batch {
 	for _, w := range r.waiting {
 		if w.b.rateLimited {
 			expired = append(expired, w.b)
-			r.places.release(len(w.b.events))
+			r.places.release(len(w.b.events), true)
 		} else {
 			kept = append(kept, w)
 		}
@@ -172,7 +172,7 @@ func (r *waitingRoom) next(now time.Time) (b *batch, wait time.Duration, closed 
 	b = heap.Pop(&r.waiting).(waiter).b
 	more := len(r.waiting) > 0
 	r.mu.Unlock()
-	r.places.release(len(b.events))
+	r.places.release(len(b.events), true)
 	if more {
 		signal(r.ready) // another consumer takes or times the next one
 	}
@@ -193,7 +193,7 @@ func (r *waitingRoom) close() []*batch {
 		n += len(w.b.events)
 	}
 	r.waiting = nil
-	r.places.release(n) // handed back: no longer held (R43)
+	r.places.release(n, true) // handed back: no longer held (R43)
 	return bs
 }
 
