@@ -124,8 +124,11 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 	policy := retryPolicy{
 		maxRetries:      s.MaxRetries,
 		maxBackoffTotal: s.MaxTotalBackoffDuration,
-		backoff:         s.Backoff,
 		httpTimeout:     s.HTTPTimeout,
+		delay:           s.retryDelay,
+	}
+	if policy.delay == nil {
+		policy.delay = s.Backoff.delay
 	}
 	if s.oauth != nil {
 		c.auth = newTokenSource(s.oauth, httpClient, &s, c.room)
