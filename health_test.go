@@ -120,8 +120,9 @@ func TestEightyPercentFailuresPaceRetries(t *testing.T) {
 		require.NoError(t, flush(t, c, 10*time.Minute))
 		reqs := api.requests()
 		// After the first attempts and the allowance's first burst: at most
-		// 5/s + 3 × (1 in 5 of the requests) = 12.5/s.
-		rate := perSecond(reqs, start.Add(5*time.Second), start.Add(25*time.Second))
+		// 5/s + 3 × (1 in 5 of the requests) = 12.5/s; without the
+		// allowance, 200 batches retried every 0.5 s.
+		rate := perSecond(reqs, start.Add(2*time.Second), start.Add(12*time.Second))
 		assert.LessOrEqual(t, rate, 14.0, "requests/s against an 80 %%-failing server")
 		assert.Greater(t, rate, 5.0, "retries go on at the allowance")
 		assert.Len(t, cb.delivered(), n)
@@ -199,7 +200,7 @@ func TestProbeAnsweredWithRetryAfter(t *testing.T) {
 		start := time.Now()
 		api := newFakeAPI(func(_ int, r seen) reply {
 			if r.at.Before(start.Add(2 * time.Second)) {
-				return reply{status: 429, header: map[string]string{"Retry-After": "1"}}
+				return reply{status: 429, header: map[string]string{"Retry-After": "1"}, hold: 50 * time.Millisecond}
 			}
 			return reply{status: 200}
 		})
