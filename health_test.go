@@ -123,7 +123,7 @@ func TestEightyPercentFailuresPaceRetries(t *testing.T) {
 		// 5/s + 3 × (1 in 5 of the requests) = 12.5/s; without the
 		// allowance, 200 batches retried every 0.5 s.
 		rate := perSecond(reqs, start.Add(2*time.Second), start.Add(12*time.Second))
-		assert.LessOrEqual(t, rate, 14.0, "requests/s against an 80 %%-failing server")
+		assert.LessOrEqual(t, rate, 14.0, "requests/s against an 80 %-failing server")
 		assert.Greater(t, rate, 5.0, "retries go on at the allowance")
 		assert.Len(t, cb.delivered(), n)
 		assert.Empty(t, cb.errors())
