@@ -131,9 +131,17 @@ var (
 	ErrMessageTooBig = errors.New("the message exceeds the maximum allowed size")
 )
 
+// v3MaxRetries is the counted-retry budget this package has always used
+// (ten retries after the first attempt); the engine's default is higher.
+// NativeOptions can override it.
+const v3MaxRetries = 10
+
 // options translates c into the engine's options; c has passed validate.
 func (c Config) options(cl *client) []native.Option {
-	opts := []native.Option{native.WithLogger(zapLogger(c.Logger, c.Verbose))}
+	opts := []native.Option{
+		native.WithLogger(zapLogger(c.Logger, c.Verbose)),
+		native.WithMaxRetries(v3MaxRetries), // v3's own default, not the engine's
+	}
 	if c.Endpoint != "" {
 		opts = append(opts, native.WithEndpoint(c.Endpoint))
 	}
