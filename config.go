@@ -174,17 +174,18 @@ func WithFlushAt(n int) Option {
 	return optionFunc(func(s *settings) { s.FlushAt = n })
 }
 
-// WithFlushInterval sets how long a batch may stay open after a consumer
-// took its first event (default 5 s; positive, at most MaxFlushInterval).
+// WithFlushInterval sets how long a batch may stay open after its first
+// event was accepted (default 5 s; positive, at most MaxFlushInterval)
+// (R46).
 func WithFlushInterval(d time.Duration) Option {
 	return optionFunc(func(s *settings) { s.FlushInterval = d })
 }
 
-// WithQueueCapacity sets how many accepted events may wait for a consumer
-// (default 10 000; from 1 to MaxQueueCapacity). When that many wait, enqueue calls return
-// ErrQueueFull. Events that fit in the batch a consumer is assembling are
-// already taken and do not count, nor do re-queued rate-limited batches
-// (R43, R44).
+// WithQueueCapacity sets how many accepted events the client may hold
+// while they are not in flight: queued, in an open batch, or in a batch in
+// the waiting room (default 10 000; from 1 to MaxQueueCapacity). When that
+// many are held, enqueue calls return ErrQueueFull; events in a request on
+// the wire do not count (R43, R44).
 func WithQueueCapacity(n int) Option {
 	return optionFunc(func(s *settings) { s.QueueCapacity = n })
 }

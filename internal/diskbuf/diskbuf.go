@@ -155,9 +155,6 @@ func (l *Log) logf(format string, args ...any) {
 // Stats returns what Open skipped.
 func (l *Log) Stats() Stats { return l.stats }
 
-// Dir returns the directory.
-func (l *Log) Dir() string { return l.dir }
-
 type eventRef struct {
 	seg *Segment
 	off uint32
@@ -633,13 +630,6 @@ func (l *Log) Written() int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.written
-}
-
-// Segments returns the number of segment files.
-func (l *Log) Segments() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.segs)
 }
 
 // Close syncs the active segment and seals it (cut to the bytes used),
