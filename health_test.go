@@ -246,3 +246,44 @@ func TestSixHourOutage(t *testing.T) {
 		require.NoError(t, closeClient(t, c, time.Second))
 	})
 }
+
+// R62: the release keeps due order, spreads the batches over d_1 and leaves
+// batches waiting for a deadline or a token where they were.
+func TestReleaseKeepsDueOrder(t *testing.T) {
+	now := time.Now()
+	r := newWaitingRoom(time.Hour, newCapacity(100))
+	counted := func(name string) *batch {
+		return &batch{events: []event{{data: []byte(name)}}, retryPending: true}
+	}
+	b10, b5, b20, soon := counted("10"), counted("5"), counted("20"), counted("soon")
+	token := counted("token")
+	token.awaitToken = true
+	for _, w := range []struct {
+		b   *batch
+		due time.Duration
+	}{{b10, 10 * time.Second}, {b5, 5 * time.Second}, {b20, 20 * time.Second}, {soon, 300 * time.Millisecond}, {token, 30 * time.Second}} {
+		require.True(t, r.wait(w.b, now.Add(w.due)))
+	}
+	limited := &batch{events: []event{{data: []byte("limited")}}}
+	_, _, ok := r.rateLimited(now, 40*time.Second, limited)
+	require.True(t, ok)
+	r.endEpisode()
+	r.mu.Lock()
+	r.deadline = time.Time{} // only the batch's own instant is left
+	r.mu.Unlock()
+
+	r.succeeded(now)
+	dues := map[*batch]time.Time{}
+	for _, w := range r.waiting {
+		dues[w.b] = w.due
+	}
+	assert.Equal(t, now.Add(300*time.Millisecond), dues[soon], "due within d_1 already: untouched")
+	assert.Equal(t, now.Add(30*time.Second), dues[token], "waits for a token: untouched")
+	assert.Equal(t, now.Add(40*time.Second), dues[limited], "waits for a deadline: untouched")
+	prev := now
+	for _, b := range []*batch{b5, b10, b20} {
+		within(t, "released due", dues[b].Sub(now), 0, 500*time.Millisecond)
+		assert.True(t, dues[b].After(prev), "in due order, no two at one instant")
+		prev = dues[b]
+	}
+}
