@@ -249,7 +249,7 @@ func (s *Server) batch(w http.ResponseWriter, r *http.Request) {
 	}
 
 	s.mu.Lock()
-	fault := s.cfg.Fault != FaultNone && s.rng.Float64() < s.cfg.Rate
+	fault := s.cfg.Fault != FaultNone && s.cfg.Fault != FaultLimiter && s.rng.Float64() < s.cfg.Rate
 	s.mu.Unlock()
 
 	if fault && (s.cfg.Fault == Fault500 || s.cfg.Fault == Fault429) {
