@@ -244,7 +244,7 @@ func (s *Server) batch(w http.ResponseWriter, r *http.Request) {
 		s.respond(w, r, http.StatusInternalServerError, n, false)
 		return
 	}
-	if s.cfg.Fault == Fault429 {
+	if s.cfg.Fault == Fault429 || s.cfg.Fault == FaultLimiter {
 		s.checkSentAt(buf.Bytes())
 	}
 

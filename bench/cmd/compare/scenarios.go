@@ -216,7 +216,7 @@ func writeScenarios(w io.Writer, o *options, recs []*record) {
 			gate := "–"
 			if r.Fault == sink.Fault429 || r.Fault == sink.FaultLimiter {
 				gate = fmt.Sprintf("%d (%d), latest %.1f ms", r.Sink.GateViolations, r.Sink.GateViolations10ms, r.Sink.GateViolationMaxMS)
-				if r.Fault == sink.Fault429 && (r.SDK == "ours" || r.SDK == "ours-block") {
+				if r.SDK == "ours" || r.SDK == "ours-block" {
 					gate += fmt.Sprintf("; by sentAt %d, latest %.1f ms", r.Sink.SentAtViolations, r.Sink.SentAtViolationMaxMS)
 				}
 			}
