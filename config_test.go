@@ -16,6 +16,7 @@ import (
 func TestDefaultConfig(t *testing.T) {
 	c, err := New("wk")
 	require.NoError(t, err)
+	auditLater(t, c, nil)
 	defer func() { require.NoError(t, closeClient(t, c, time.Second)) }()
 	assert.Equal(t, Config{
 		Endpoint:                "https://api.segment.io",
@@ -52,6 +53,7 @@ func TestDefaultConfig(t *testing.T) {
 func TestConfigValidation(t *testing.T) {
 	c, err := New("wk", WithMaxRetries(0), WithMaxTotalBackoffDuration(0), WithMaxRateLimitDuration(0), WithEndpoint("http://127.0.0.1:1/"))
 	require.NoError(t, err)
+	auditLater(t, c, nil)
 	cfg := c.Config()
 	assert.Zero(t, cfg.MaxRetries)
 	assert.Zero(t, cfg.MaxTotalBackoffDuration)
@@ -92,6 +94,7 @@ func TestHTTPClientIsCopied(t *testing.T) {
 	mine := &http.Client{Timeout: time.Minute}
 	c, err := New("wk", WithHTTPClient(mine))
 	require.NoError(t, err)
+	auditLater(t, c, nil)
 	assert.Nil(t, mine.CheckRedirect)
 	assert.True(t, c.Config().CustomHTTPClient)
 	require.NoError(t, closeClient(t, c, time.Second))
@@ -131,6 +134,7 @@ func TestConfigUpperBounds(t *testing.T) {
 		}
 		c, err := New("wk", WithEndpoint("http://127.0.0.1:1"), b.at)
 		require.NoError(t, err, b.field)
+		auditLater(t, c, nil)
 		require.NoError(t, closeClient(t, c, 5*time.Second))
 	}
 	for _, o := range []Option{WithFlushAt(math.MinInt), WithQueueCapacity(math.MinInt), WithConsumers(math.MinInt),
@@ -160,6 +164,7 @@ func TestConfigValidatesFinalValues(t *testing.T) {
 		WithLogger(nil), WithLogger(zap.NewNop()),
 	)
 	require.NoError(t, err)
+	auditLater(t, c, nil)
 	cfg := c.Config()
 	assert.Equal(t, 10, cfg.FlushAt)
 	assert.Equal(t, 20, cfg.QueueCapacity)
@@ -198,6 +203,7 @@ func TestEndpointMustBeTheBaseURL(t *testing.T) {
 	for _, ep := range []string{"https://proxy.example.com/segment", "http://127.0.0.1:1/", "https://api.segment.io/v1/batcher"} {
 		c, err := New("wk", WithEndpoint(ep))
 		require.NoError(t, err, ep)
+		auditLater(t, c, nil)
 		require.NoError(t, closeClient(t, c, time.Second))
 	}
 }
@@ -207,6 +213,7 @@ func TestEndpointMustBeTheBaseURL(t *testing.T) {
 func TestEndpointUserInfoRedacted(t *testing.T) {
 	c, err := New("wk", WithEndpoint("https://proxyuser:hunter2@proxy.example.com/segment"))
 	require.NoError(t, err)
+	auditLater(t, c, nil)
 	defer func() { require.NoError(t, closeClient(t, c, time.Second)) }()
 	s := c.Config().String()
 	assert.NotContains(t, s, "hunter2")

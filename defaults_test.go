@@ -121,6 +121,7 @@ func TestDefaultsThatAreNotJSONFailNew(t *testing.T) {
 	assert.Equal(t, "DefaultProperties", ce.Field)
 	c, err := New("wk", WithDefaultContext(nil), WithDefaultProperties(map[string]any{}))
 	require.NoError(t, err)
+	auditLater(t, c, nil)
 	assert.Nil(t, c.defaults, "empty defaults cost nothing")
 	require.NoError(t, c.Close(context.Background()))
 }
@@ -136,6 +137,7 @@ func TestDefaultsDoNotAllocate(t *testing.T) {
 		WithDefaultContext(map[string]any{"app": map[string]any{"name": "shop"}, "ip": "10.0.0.1"}),
 		WithDefaultProperties(map[string]any{"env": "prod"}))
 	require.NoError(t, err)
+	// No accounting audit: discardQueued drops the queued events on purpose.
 	allocs := testing.AllocsPerRun(1000, func() {
 		_ = c.Track(Track{UserID: "u1", Event: "Played", Properties: Properties{"plan": "pro", "n": 7}})
 		_ = c.Identify(Identify{UserID: "u1", Traits: Traits{"name": "Ada"}})

@@ -779,6 +779,7 @@ func TestRedirectLoopEnds(t *testing.T) {
 	cb := &callbacks{}
 	c, err := New("abc", append(cb.options(), WithEndpoint(srv.URL))...)
 	require.NoError(t, err)
+	auditLater(t, c, cb)
 	mustTrack(t, c, "m1")
 	require.NoError(t, closeClient(t, c, 5*time.Second))
 	reqs, _ := srv.requests()

@@ -105,6 +105,7 @@ func TestWriteKeyRedactedFromServerText(t *testing.T) {
 			c, err := New(key, append(cb.options(), WithEndpoint("http://api.test"),
 				WithHTTPClient(&http.Client{Transport: api}), WithFlushAt(1), WithLogger(zap.New(core)))...)
 			require.NoError(t, err)
+			auditLater(t, c, cb)
 			mustTrack(t, c, fmt.Sprintf("m%d", i))
 			require.NoError(t, closeClient(t, c, time.Minute))
 			errs := cb.errors()
@@ -127,6 +128,7 @@ func TestWriteKeyRedactedFromServerText(t *testing.T) {
 		c, err := New(key, append(cb.options(), WithEndpoint("http://api.test"),
 			WithHTTPClient(&http.Client{Transport: api}), WithFlushAt(1), WithMaxRetries(0))...)
 		require.NoError(t, err)
+		auditLater(t, c, cb)
 		mustTrack(t, c, "t1")
 		require.NoError(t, closeClient(t, c, time.Minute))
 		errs := cb.errors()

@@ -227,9 +227,12 @@ func (cb *callbacks) failedWith(target error) int {
 }
 
 // newTestClient builds a client on the fake API with the recorder's callbacks.
+// When the test ends, the accounting audit (audit_test.go) checks the client;
+// pass noAudit("why") to turn it off.
 func newTestClient(t testing.TB, api http.RoundTripper, cb *callbacks, opts ...Option) *Client {
 	t.Helper()
-	all := []Option{WithEndpoint("http://api.test"), WithHTTPClient(&http.Client{Transport: api})}
+	wire := &auditWire{next: api}
+	all := []Option{WithEndpoint("http://api.test"), WithHTTPClient(&http.Client{Transport: wire})}
 	if cb != nil {
 		all = append(all, cb.options()...)
 	}
@@ -237,6 +240,22 @@ func newTestClient(t testing.TB, api http.RoundTripper, cb *callbacks, opts ...O
 	c, err := New("wk", all...)
 	if err != nil {
 		t.Fatalf("New: %v", err)
+	}
+	var probe settings
+	for _, o := range all {
+		o.apply(&probe)
+	}
+	if probe.httpClient == nil || probe.httpClient.Transport != wire {
+		wire = nil // the test brought its own HTTP client: no wire counts
+	}
+	audit := true
+	for _, o := range opts {
+		if _, off := o.(noAudit); off {
+			audit = false
+		}
+	}
+	if audit {
+		registerAudit(t, c, wire, cb)
 	}
 	return c
 }

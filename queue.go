@@ -230,14 +230,16 @@ func (q *queue) close() bool {
 	return true
 }
 
-// drain empties the queue for the final hand-back at Close.
+// drain empties the queue for the final hand-back at Close; the drained
+// events give their places back.
 func (q *queue) drain() []event {
 	q.mu.Lock()
-	defer q.mu.Unlock()
 	evs := make([]event, 0, q.n)
 	for q.n > 0 {
 		evs = append(evs, q.popLocked())
 	}
+	q.mu.Unlock()
+	q.places.release(len(evs))
 	return evs
 }
 

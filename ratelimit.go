@@ -367,17 +367,21 @@ func (r *waitingRoom) next(now time.Time, held chan struct{}) (t turn) {
 	return t
 }
 
-// close empties the room for the final hand-back at Close; later arrivals
-// are refused, so nothing can be left behind.
+// close empties the room for the final hand-back at Close and gives the
+// batches' places back; later arrivals are refused, so nothing can be left
+// behind.
 func (r *waitingRoom) close() []*batch {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.closed = true
 	bs := make([]*batch, 0, len(r.waiting))
+	n := 0
 	for _, w := range r.waiting {
 		bs = append(bs, w.b)
+		n += len(w.b.events)
 	}
 	r.waiting = nil
+	r.places.release(n) // handed back: no longer held (R43)
 	return bs
 }
 

@@ -649,8 +649,12 @@ func TestGateClosedAfterTakeSendsNothing(t *testing.T) {
 			policy: retryPolicy{maxRetries: 1, maxBackoffTotal: time.Hour, delay: DefaultBackoffPolicy().delay, httpTimeout: time.Second},
 			log:    zap.NewNop(), interrupt: context.Background(),
 		}
-		// Another consumer's 429 closed the gate for 2 s.
-		_, _, ok := room.rateLimited(time.Now(), 2*time.Second, &batch{events: []event{{data: []byte(`{"messageId":"other"}`)}}})
+		// Another consumer's 429 closed the gate for 2 s; its batch waits
+		// until then, "mine" (turned back below) is due at once.
+		require.NoError(t, q.push(event{data: []byte(`{"messageId":"other"}`)}))
+		other, _ := q.take(time.Now())
+		require.NotNil(t, other)
+		_, _, ok := room.rateLimited(time.Now(), 2*time.Second, other)
 		require.True(t, ok)
 		require.NoError(t, q.push(event{data: []byte(`{"messageId":"mine"}`)}))
 		b, _ := q.take(time.Now())
@@ -670,5 +674,9 @@ func TestGateClosedAfterTakeSendsNothing(t *testing.T) {
 		assert.Equal(t, 2*time.Second, reqs[0].at.Sub(start), "sent when the gate opened")
 		assert.Empty(t, reqs[0].header.Values("X-Retry-Count"), "the turned-back take was no attempt: this is the first")
 		assert.Zero(t, w.settle.stats.retries.Load(), "and no retry was counted")
+		got, _, _, _ = room.next(time.Now())
+		require.NotNil(t, got, "the other batch, due at the deadline too")
+		w.attempt(got)
+		assert.Nil(t, q.mark(), "every event has its outcome")
 	})
 }

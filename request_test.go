@@ -137,6 +137,7 @@ func TestRequestShapeAndHeaders(t *testing.T) {
 		cb := &callbacks{}
 		c, err := New("abc", append(cb.options(), WithEndpoint(srv.URL+"/"), WithGzip(gz), WithFlushAt(3))...)
 		require.NoError(t, err)
+		auditLater(t, c, cb)
 		for i := 0; i < 3; i++ {
 			mustTrack(t, c, "")
 		}
@@ -204,6 +205,7 @@ func TestRedirects(t *testing.T) {
 		cb := &callbacks{}
 		c, err := New("abc", append(cb.options(), WithEndpoint(srv.URL))...)
 		require.NoError(t, err)
+		auditLater(t, c, cb)
 		mustTrack(t, c, "m1")
 		require.NoError(t, closeClient(t, c, 5*time.Second))
 		reqs, bodies := srv.requests()
@@ -226,6 +228,7 @@ func TestRedirects(t *testing.T) {
 		cb := &callbacks{}
 		c, err := New("abc", append(cb.options(), WithEndpoint(srv.URL))...)
 		require.NoError(t, err)
+		auditLater(t, c, cb)
 		mustTrack(t, c, "m1")
 		require.NoError(t, closeClient(t, c, 5*time.Second))
 		reqs, _ := srv.requests()
@@ -252,6 +255,7 @@ func TestTLSVerificationFailureIsNotRetried(t *testing.T) {
 	cb := &callbacks{}
 	c, err := New("abc", append(cb.options(), WithEndpoint(srv.URL))...)
 	require.NoError(t, err)
+	auditLater(t, c, cb)
 	mustTrack(t, c, "m1")
 	require.NoError(t, closeClient(t, c, 5*time.Second))
 	require.Len(t, cb.errors(), 1)
@@ -314,6 +318,7 @@ func TestConnectionsReusedAcrossConsumers(t *testing.T) {
 
 	c, err := New("wk", WithEndpoint(srv.URL), WithConsumers(consumers), WithFlushAt(5), WithQueueCapacity(1000))
 	require.NoError(t, err)
+	auditLater(t, c, nil)
 	// Ten bursts of 8 batches, each followed by a pause (the Flush) in
 	// which every connection goes idle.
 	for round := 0; round < 10; round++ {
@@ -433,6 +438,7 @@ func TestSwitchingProtocolsDoesNotWedgeConsumers(t *testing.T) {
 	c, err := New("wk", WithEndpoint(srv.url()), WithFlushAt(1), WithConsumers(1), WithHTTPTimeout(timeout),
 		WithOnError(func(err error, _ []Message) { failed <- err }))
 	require.NoError(t, err)
+	auditLater(t, c, nil)
 	start := time.Now()
 	// One consumer and two batches: the second is sent only if the first
 	// did not wedge the consumer.
@@ -572,6 +578,7 @@ func TestRedirectsStayWithinTheOrigin(t *testing.T) {
 				cb := &callbacks{}
 				c, err := New(key, append(cb.options(), WithEndpoint(tc.origin), WithHTTPClient(rig.client))...)
 				require.NoError(t, err)
+				auditLater(t, c, cb)
 				mustTrack(t, c, "m1")
 				require.NoError(t, closeClient(t, c, 5*time.Second))
 

@@ -75,6 +75,25 @@ func TestParseRetryAfterDatesIndependentOfTZ(t *testing.T) {
 	}
 }
 
+// R21: asctime pads a one-digit day with a space ("Nov  6"); both day
+// widths parse to the stated instant, whatever today's date is.
+func TestParseRetryAfterAsctimeDayWidths(t *testing.T) {
+	for _, c := range []struct {
+		now   time.Time
+		value string
+	}{
+		{time.Date(2026, 12, 1, 8, 49, 30, 0, time.UTC), "Tue Dec  1 08:49:37 2026"},
+		{time.Date(2026, 11, 6, 8, 49, 30, 0, time.UTC), "Fri Nov  6 08:49:37 2026"},
+		{time.Date(2026, 11, 16, 8, 49, 30, 0, time.UTC), "Mon Nov 16 08:49:37 2026"},
+	} {
+		d, kind := parseRetryAfter(c.value, c.now)
+		assert.Equal(t, retryAfterUsable, kind, c.value)
+		assert.Equal(t, 7*time.Second, d, c.value)
+	}
+	_, kind := parseRetryAfter("Sun Nov  6 08:49:37 1994", time.Date(2026, 11, 6, 0, 0, 0, 0, time.UTC))
+	assert.Equal(t, retryAfterNotPositive, kind, "a past asctime date parses and is not usable")
+}
+
 // R21, R23, R24, D27: dates are rounded up, past dates are not usable,
 // far dates are capped.
 func TestParseRetryAfterDateEdges(t *testing.T) {

@@ -72,6 +72,7 @@ func TestWithSlog(t *testing.T) {
 		h := newRecordingHandler(slog.LevelDebug)
 		c, err := New(key, WithEndpoint("http://api.test"), WithHTTPClient(&http.Client{Transport: api}), WithSlog(slog.New(h)))
 		require.NoError(t, err)
+		auditLater(t, c, nil)
 		require.NoError(t, c.Track(Track{UserID: "u", Event: "Secret Payload", Properties: Properties{"card": "4242-payload"}}))
 		_ = closeClient(t, c, time.Second)
 
@@ -108,6 +109,7 @@ func TestWithSlogRespectsTheHandlerLevel(t *testing.T) {
 		h := newRecordingHandler(slog.LevelError)
 		c, err := New("wk", WithEndpoint("http://api.test"), WithHTTPClient(&http.Client{Transport: newFakeAPI(nil)}), WithSlog(slog.New(h)))
 		require.NoError(t, err)
+		auditLater(t, c, nil)
 		mustTrack(t, c, "a")
 		require.NoError(t, closeClient(t, c, time.Second))
 		assert.Empty(t, h.all(), "a delivered event logs nothing at Error")
@@ -126,6 +128,7 @@ func TestSlogCore(t *testing.T) {
 	h := newRecordingHandler(slog.LevelDebug)
 	c, err := New("wk", WithSlog(slog.New(h)))
 	require.NoError(t, err)
+	auditLater(t, c, nil)
 	require.NoError(t, c.Close(context.Background()))
 	log := c.log.With(zap.String("component", "test")).Named("sub")
 	log.Info("info")

@@ -421,6 +421,9 @@ func runCLI(t testing.TB, in input, o runOptions) *cliRun {
 	if err := json.Unmarshal([]byte(lines[0]), &run.out); err != nil {
 		t.Fatalf("stdout is not the e2e-cli output line: %v\n%s", err, run.stdout)
 	}
+	if strings.Contains(run.stderr, "e2e-cli: warning: accounting:") {
+		t.Errorf("the e2e-cli's accounting audit failed (R41, R42):\n%s", tail(run.stderr))
+	}
 	if t, ok := t.(*testing.T); ok && testing.Verbose() {
 		t.Logf("e2e-cli exit %d in %v: %s", run.exitCode, run.end.Sub(run.start).Round(time.Millisecond), lines[0])
 	}

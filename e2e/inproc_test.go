@@ -101,8 +101,54 @@ func newClient(t testing.TB, endpoint string, rec *callbacks, opts ...analytics.
 	if err != nil {
 		t.Fatalf("analytics.New: %v", err)
 	}
-	t.Cleanup(func() { closeClient(t, c) })
+	t.Cleanup(func() {
+		closeClient(t, c)
+		auditClient(t, c, rec)
+	})
 	return c
+}
+
+// auditClient is the accounting audit of an in-process client after Close:
+// no event left without an outcome, the Stats identities, and (with the
+// recorder) every accepted event in exactly one callback call (R41, R42).
+// It waits briefly for hand-back callbacks that outlived Close.
+func auditClient(t testing.TB, c *analytics.Client, rec *callbacks) {
+	t.Helper()
+	st := c.Stats()
+	for i := 0; i < 200 && st.Pending > 0; i++ {
+		time.Sleep(10 * time.Millisecond)
+		st = c.Stats()
+	}
+	if t.Failed() {
+		return
+	}
+	fail := func(format string, args ...any) {
+		t.Helper()
+		t.Errorf("accounting audit: "+format+"\nstats: %+v", append(args, st)...)
+	}
+	if st.Pending != 0 {
+		fail("Pending %d after Close, want 0 (R41)", st.Pending)
+	}
+	if in, out := st.Accepted+st.Replayed, st.Delivered+st.Failed+st.HandedBack; in != out {
+		fail("Accepted+Replayed = %d, Delivered+Failed+HandedBack = %d (R42)", in, out)
+	}
+	if st.Batches > st.Requests || st.Batches > st.Delivered || st.Retries > st.Requests {
+		fail("Batches, Retries, Requests and Delivered do not fit")
+	}
+	if rec == nil {
+		return
+	}
+	_, calls := rec.snapshot()
+	var total int64
+	for id, n := range calls {
+		total += int64(n)
+		if n != 1 {
+			fail("%s in %d callback calls, want 1 (R42)", id, n)
+		}
+	}
+	if total != st.Accepted+st.Replayed {
+		fail("%d event(s) in callback calls, %d accepted (R42)", total, st.Accepted+st.Replayed)
+	}
 }
 
 // closeClient closes c with a 5 s deadline; ErrClosed (already closed) is fine.

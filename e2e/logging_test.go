@@ -40,6 +40,7 @@ func TestR51Logging(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { auditClient(t, c, rec) }) // after the test has closed it
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, id := range []string{"r51-1", "r51-2"} {

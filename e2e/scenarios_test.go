@@ -709,6 +709,31 @@ func TestS23ObsoleteDateForms(t *testing.T) {
 			})
 		})
 	}
+	// The case above writes today's date: asctime pads a one-digit day with
+	// a second space only on the 1st–9th. A fixed past date with a one-digit
+	// day checks that form on every day of the month: it parses (no
+	// unparseable warning, R25) and, being past, takes the counted path
+	// (R23). The exact delays of both day widths are unit-tested with a
+	// fixed clock (TestParseRetryAfterAsctimeDayWidths).
+	t.Run("asctime-fixed-one-digit-day", func(t *testing.T) {
+		t.Parallel()
+		const v = "Sun Nov  6 08:49:37 1994"
+		retry(t, func(t testing.TB) {
+			r := runScenario(t, scenario{
+				in:      input{Sequences: one(track("s23-fixed")), Config: cfg("flushAt", 1, "maxRetries", 2)},
+				respond: script(ra(429, v), ok200),
+				run:     runOptions{debug: true},
+			})
+			expectCount(t, r.reqs, 2)
+			expectGaps(t, r.reqs, W(1))
+			expectOutcome(t, r, "s23-fixed", outDelivered, "", 200)
+			for _, line := range strings.Split(r.stderr, "\n") {
+				if l := strings.ToLower(line); strings.Contains(l, "warn") && strings.Contains(l, "retry-after") {
+					t.Errorf("R21: %q was logged as unparseable: %s", v, line)
+				}
+			}
+		})
+	})
 }
 
 // S24 — [slow] Huge integer (R20, R24, R53).
@@ -962,6 +987,7 @@ func TestS30ConfigValidation(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { auditClient(t, c, nil) }) // after the test has closed it
 		defer closeClient(t, c)
 		got := c.Config()
 		if got.MaxRetries != 0 || got.MaxTotalBackoffDuration != 0 || got.MaxRateLimitDuration != 0 {

@@ -56,6 +56,7 @@ func TestSoak(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { auditClient(t, c, rec) }) // after the test has closed it
 
 	start := time.Now()
 	accepted := make([][]string, producers)

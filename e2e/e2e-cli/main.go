@@ -126,6 +126,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 
 	out, notes := rec.report()
+	notes = append(notes, accounting(client, len(rec.events)-out.Rejected)...)
 	out.Flushes = flushes
 	out.CloseError = errText(closeErr)
 	out.AfterClose = after
@@ -251,4 +252,32 @@ func errText(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+// accounting checks the client's counters once Close has returned: every
+// accepted event (the input's, and those replayed from a disk buffer) has
+// exactly one outcome (R41, R42). It waits up to 1 s for callbacks that
+// outlived Close. Each line it returns starts with "accounting:"; the e2e
+// harness fails a scenario on one.
+func accounting(c *analytics.Client, accepted int) []string {
+	st := c.Stats()
+	for i := 0; i < 100 && st.Pending > 0; i++ {
+		time.Sleep(10 * time.Millisecond)
+		st = c.Stats()
+	}
+	var bad []string
+	if st.Pending != 0 {
+		bad = append(bad, fmt.Sprintf("accounting: %d event(s) pending after Close", st.Pending))
+	}
+	if st.Accepted != int64(accepted) {
+		bad = append(bad, fmt.Sprintf("accounting: Stats.Accepted %d, %d input event(s) accepted", st.Accepted, accepted))
+	}
+	if in, out := st.Accepted+st.Replayed, st.Delivered+st.Failed+st.HandedBack; in != out {
+		bad = append(bad, fmt.Sprintf("accounting: Accepted+Replayed %d, Delivered+Failed+HandedBack %d", in, out))
+	}
+	if st.Batches > st.Requests || st.Batches > st.Delivered || st.Retries > st.Requests {
+		bad = append(bad, fmt.Sprintf("accounting: Batches %d, Retries %d, Requests %d, Delivered %d do not fit",
+			st.Batches, st.Retries, st.Requests, st.Delivered))
+	}
+	return bad
 }
