@@ -674,9 +674,9 @@ func TestGateClosedAfterTakeSendsNothing(t *testing.T) {
 		assert.Equal(t, 2*time.Second, reqs[0].at.Sub(start), "sent when the gate opened")
 		assert.Empty(t, reqs[0].header.Values("X-Retry-Count"), "the turned-back take was no attempt: this is the first")
 		assert.Zero(t, w.settle.stats.retries.Load(), "and no retry was counted")
-		got, _, _, _ = room.next(time.Now())
-		require.NotNil(t, got, "the other batch, due at the deadline too")
-		w.attempt(got)
+		tn = room.next(time.Now(), nil)
+		require.NotNil(t, tn.b, "the other batch, due at the deadline too")
+		w.attempt(tn.b)
 		assert.Nil(t, q.mark(), "every event has its outcome")
 	})
 }
