@@ -48,8 +48,8 @@ func newWaitingRoom(limit time.Duration, places *capacity) *waitingRoom {
 }
 
 // The retry allowance (R63), a token bucket in the manner of gRPC's retry
-// throttling and the AWS SDKs' retry quota: every counted retry takes a
-// token when it is sent; tokens come back at allowanceRate per second and
+// throttling and the AWS SDKs' retry quota: a consumer takes a token when
+// it takes a due counted retry; tokens come back at allowanceRate per second and
 // allowancePerSuccess for every 2xx, up to allowanceBurst. A counted retry
 // that finds no token waits for one; first attempts and rate-limited
 // retries never do. While at most three in four answers are counted
