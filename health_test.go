@@ -287,3 +287,25 @@ func TestReleaseKeepsDueOrder(t *testing.T) {
 		prev = dues[b]
 	}
 }
+
+// R26, R61: the schedule of counted waits comes from one function the
+// configuration can replace (the segment v3 package drives it from its
+// RetryAfter); k is the streak.
+func TestRetryDelaySeam(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := newFakeAPI(sequence(reply{status: 500}, reply{status: 500}, reply{status: 200}))
+		var ks []int
+		seam := optionFunc(func(s *settings) {
+			s.retryDelay = func(k int) time.Duration { ks = append(ks, k); return time.Duration(k) * 100 * time.Millisecond }
+		})
+		c := newTestClient(t, api, nil, WithFlushAt(1), seam)
+		mustTrack(t, c, "m1")
+		require.NoError(t, flush(t, c, time.Minute))
+		reqs := api.requests()
+		require.Len(t, reqs, 3)
+		assert.Equal(t, 100*time.Millisecond, gap(reqs, 0))
+		assert.Equal(t, 200*time.Millisecond, gap(reqs, 1))
+		assert.Equal(t, []int{1, 2}, ks)
+		require.NoError(t, closeClient(t, c, time.Second))
+	})
+}
