@@ -309,3 +309,35 @@ func TestRetryDelaySeam(t *testing.T) {
 		require.NoError(t, closeClient(t, c, time.Second))
 	})
 }
+
+// S49 (second part), R61, R63: a batch unlucky on its own, with no other
+// batch in flight, against a server whose recent answers are mostly 2xx,
+// waits d_1 each time; the same batch against a server that has answered
+// nothing but failures waits d_1, d_2, d_3 (S44).
+func TestLoneUnluckyBatchOnHealthyServer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var unlucky atomic.Int32
+		api := newFakeAPI(func(_ int, r seen) reply {
+			if slices.Contains(r.ids, "a") && unlucky.Add(1) <= 3 {
+				return reply{status: 500}
+			}
+			return reply{status: 200}
+		})
+		cb := &callbacks{}
+		c := newTestClient(t, api, cb, WithFlushAt(1))
+		for i := range 10 {
+			mustTrack(t, c, fmt.Sprintf("o%d", i))
+		}
+		require.NoError(t, flush(t, c, time.Minute))
+		mustTrack(t, c, "a")
+		require.NoError(t, flush(t, c, time.Minute))
+		mine := requestsFor(api.requests(), "a")
+		require.Len(t, mine, 4)
+		lo, hi := window(1)
+		for k := 1; k <= 3; k++ {
+			within(t, fmt.Sprintf("wait after failure %d", k), mine[k].at.Sub(mine[k-1].done), lo, hi)
+		}
+		assert.Empty(t, cb.errors())
+		require.NoError(t, closeClient(t, c, time.Second))
+	})
+}

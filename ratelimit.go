@@ -3,6 +3,7 @@ package analytics
 import (
 	"cmp"
 	"container/heap"
+	"math/bits"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -68,6 +69,28 @@ type health struct {
 	epoch    uint64    // 2xx answers so far: a batch's streak restarts when it moves (R61)
 	tokens   float64   // retry allowance (R63)
 	refilled time.Time // when tokens were last brought up to date
+	recent   uint16    // the last answers, newest in bit 0: 1 a counted failure, 0 a 2xx
+	seen     int       // how many bits of recent hold an answer (at most recentAnswers)
+}
+
+// recentAnswers is how many of the latest answers decide whether the server
+// is healthy (R63).
+const recentAnswers = 16
+
+// note records one answer: a counted failure or a 2xx.
+func (h *health) note(failure bool) {
+	h.recent <<= 1
+	if failure {
+		h.recent |= 1
+	}
+	h.seen = min(h.seen+1, recentAnswers)
+}
+
+// healthy reports whether the recent answers show a healthy server (R63):
+// at least four of them, and fewer than half counted failures.
+func (h *health) healthy() bool {
+	failures := bits.OnesCount16(h.recent & uint16(1<<h.seen-1))
+	return h.seen >= 4 && 2*failures < h.seen
 }
 
 // refill brings the allowance up to now.
@@ -90,15 +113,22 @@ func (h *health) allowed(now time.Time) time.Duration {
 	return time.Duration((1 - h.tokens) / allowanceRate * float64(time.Second))
 }
 
-// failed records a counted failure of b (R60) and returns k, b's counted
-// failures since the server last answered 2xx to any batch (R61).
+// failed records a counted failure of b (R60) and returns the k of its
+// next wait: b's counted failures since the server last answered 2xx to any
+// batch (R61), or 1 while the recent answers show a healthy server (R63),
+// so that a batch unlucky on its own against a server that answers most
+// requests does not sit out growing waits.
 func (r *waitingRoom) failed(b *batch) (k int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.health.note(true)
 	if b.epoch != r.health.epoch {
 		b.epoch, b.streak = r.health.epoch, 0
 	}
 	b.streak++
+	if r.health.healthy() {
+		return 1
+	}
 	return b.streak
 }
 
@@ -112,6 +142,7 @@ func (r *waitingRoom) failed(b *batch) (k int) {
 func (r *waitingRoom) succeeded(now time.Time) {
 	r.mu.Lock()
 	r.health.epoch++
+	r.health.note(false)
 	r.health.refill(now)
 	r.health.tokens = min(allowanceBurst, r.health.tokens+allowancePerSuccess)
 	horizon := now.Add(r.release + r.release/10) // d_1's longest draw
