@@ -80,7 +80,10 @@ type Client struct {
 }
 
 // New returns a started Client that sends to writeKey's source. Invalid
-// options make it return a *ConfigError naming the field. The client starts
+// options make it return a *ConfigError naming the field. An empty write
+// key, or one with leading or trailing whitespace (a newline read from a
+// secret file), is refused with a *ConfigError for "WriteKey": it is not
+// trimmed, because the stored secret is what needs fixing. The client starts
 // its consumer goroutines at once; call Close to stop them.
 func New(writeKey string, opts ...Option) (*Client, error) {
 	s, err := resolve(writeKey, opts)
@@ -90,8 +93,10 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 	places := newCapacity(s.QueueCapacity)
 	q := newQueue(places, s.FlushAt, batchEventBytes, s.FlushInterval)
 	q.perEvent = eventSentAtExtra(s.EventSentAt) // R45 with R59
+	cfg := s.Config
+	cfg.Endpoint = redactURL(cfg.Endpoint) // safe in every form: %+v, JSON, slog, zap.Any
 	c := &Client{
-		cfg:  s.Config,
+		cfg:  cfg,
 		log:  s.logger,
 		q:    q,
 		room: newWaitingRoom(s.MaxRateLimitDuration, places),
@@ -149,7 +154,10 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
-// Config returns the effective configuration (without the write key).
+// Config returns the effective configuration, without the write key and
+// with the user information of the endpoint URL (a password) replaced by
+// xxxxx, so that it is safe to log in any form: String, %+v, JSON, slog or
+// zap.Any.
 func (c *Client) Config() Config { return c.cfg }
 
 // Track enqueues a track event. See Client for the contract; errors are
@@ -221,6 +229,11 @@ func (c *Client) Flush(ctx context.Context) error {
 // returns within the deadline + 0.5 s (R39) whatever the callbacks do.
 const closeGrace = 400 * time.Millisecond
 
+// lastChance is how long Close, called with a context that is already done,
+// still sends what is queued before it interrupts delivery (R39). It is part
+// of closeGrace, so such a Close returns within 0.5 s.
+const lastChance = 250 * time.Millisecond
+
 // Close stops the client (R39). Later enqueue calls return ErrClosed. Close
 // uploads everything queued or waiting with the normal policy (backoff,
 // Retry-After, budgets) and returns nil once every accepted event has its
@@ -228,6 +241,21 @@ const closeGrace = 400 * time.Millisecond
 // requests in flight, hands every event without a disposition back through
 // OnError with ErrShutdownInterrupted, and returns an error wrapping
 // ErrShutdownInterrupted that says how many events were handed back.
+//
+// A ctx without a deadline (context.Background(), or a context that can
+// only be cancelled) is bounded by CloseTimeout (WithCloseTimeout, default
+// 30 s): Close(context.Background()) returns after at most CloseTimeout +
+// 0.5 s, and a cancellation before that still interrupts at once. A ctx
+// with a deadline is bounded by that deadline alone, longer or shorter than
+// CloseTimeout.
+//
+// A ctx that is already done when Close is called (the context that
+// signalled shutdown, or one derived from it) does not hand everything back
+// at once: Close still makes one short attempt at what is queued (0.25 s)
+// and returns within 0.5 s. What could not be delivered in that time is
+// handed back, and the error says the context was already done: derive
+// Close's context from context.Background(), for example
+// context.WithTimeout(context.Background(), 10*time.Second).
 //
 // Close returns no later than ctx's deadline plus 0.5 s. If the hand-back
 // callbacks (or a callback a consumer is running) have not finished by
@@ -255,6 +283,25 @@ func (c *Client) Close(ctx context.Context) error {
 	defer c.cancelInterrupt()
 	handedBefore := c.settle.stats.handedBack.Load()
 
+	// graceEnd is when Close must stop waiting for consumers and
+	// callbacks; it is set once delivery is interrupted.
+	var graceEnd time.Time
+	var doneBefore error // the cause of a ctx that was done before Close started
+	if ctx.Err() != nil {
+		doneBefore = context.Cause(ctx)
+		graceEnd = time.Now().Add(closeGrace)
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(context.Background(), lastChance, doneBefore)
+		defer cancel()
+		c.log.Warn("Close was called with a context that was already done; " +
+			"derive Close's context from context.Background(), not from the one that signalled shutdown")
+	} else if _, hasDeadline := ctx.Deadline(); !hasDeadline && c.cfg.CloseTimeout > 0 {
+		d := c.cfg.CloseTimeout
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, d, &closeTimeoutError{d})
+		defer cancel()
+	}
+
 	interrupted := false
 	if done := c.q.mark(); done != nil {
 		select {
@@ -280,7 +327,10 @@ func (c *Client) Close(ctx context.Context) error {
 	}
 	var grace <-chan time.Time
 	if interrupted {
-		t := time.NewTimer(closeGrace) // one grace for everything left below
+		if graceEnd.IsZero() {
+			graceEnd = time.Now().Add(closeGrace)
+		}
+		t := time.NewTimer(time.Until(graceEnd)) // one grace for everything left below
 		defer t.Stop()
 		grace = t.C
 		select {
@@ -333,11 +383,26 @@ func (c *Client) Close(ctx context.Context) error {
 	if n == 0 && !(interrupted && c.q.outstanding() > 0) {
 		return nil
 	}
+	if doneBefore != nil {
+		return fmt.Errorf("%w: %d event(s) handed back%s: Close's context was already done before Close started (%w); "+
+			"derive it from context.Background(), e.g. context.WithTimeout(context.Background(), 10*time.Second)",
+			ErrShutdownInterrupted, n, kept, doneBefore)
+	}
 	if cause := context.Cause(ctx); cause != nil {
 		return fmt.Errorf("%w: %d event(s) handed back%s: %w", ErrShutdownInterrupted, n, kept, cause)
 	}
 	return fmt.Errorf("%w: %d event(s) handed back%s", ErrShutdownInterrupted, n, kept)
 }
+
+// closeTimeoutError is the cause of an interruption by CloseTimeout. It
+// matches context.DeadlineExceeded.
+type closeTimeoutError struct{ d time.Duration }
+
+func (e *closeTimeoutError) Error() string {
+	return fmt.Sprintf("Close ran for CloseTimeout (%v; see WithCloseTimeout)", e.d)
+}
+
+func (e *closeTimeoutError) Unwrap() error { return context.DeadlineExceeded }
 
 // closedTimeChan is a channel that is always ready: the grace period has
 // already been used up.

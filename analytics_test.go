@@ -121,7 +121,7 @@ func TestValidation(t *testing.T) {
 		var me *MessageError
 		require.ErrorAs(t, cases["NaN"], &me)
 		assert.Equal(t, "track", me.Type)
-		assert.Equal(t, "properties", me.Field)
+		assert.Equal(t, "Properties", me.Field)
 		require.NoError(t, closeClient(t, c, time.Second))
 		assert.Empty(t, api.requests())
 	})
@@ -269,9 +269,9 @@ func TestLogging(t *testing.T) {
 			fmt.Fprintf(&text, "%s %s %v\n", e.Level, e.Message, e.ContextMap())
 		}
 		assert.Equal(t, 1, logs.FilterMessage("unparseable Retry-After; retrying with backoff").FilterField(zap.String("retryAfter", "soon")).Len(), text.String())
-		drops := logs.FilterMessage("events rejected because the queue was full").All()
+		drops := logs.FilterMessage("enqueue calls rejected; their events will not be sent").All()
 		require.Len(t, drops, 1, text.String())
-		assert.Equal(t, int64(5), drops[0].ContextMap()["events"])
+		assert.Equal(t, map[string]any{"events": int64(5), "queueFull": int64(5), "queueCapacity": int64(1)}, drops[0].ContextMap())
 		assert.Equal(t, 1, logs.FilterMessage("events not delivered").Len())
 		assert.NotContains(t, text.String(), "secret-write-key")
 		assert.NotContains(t, text.String(), "secret-payload")

@@ -18,7 +18,8 @@ const (
 	DefaultFlushAt = 250
 	// DefaultFlushInterval is how long a batch may stay open after its first event.
 	DefaultFlushInterval = 5 * time.Second
-	// DefaultQueueCapacity is how many accepted events may wait for a consumer.
+	// DefaultQueueCapacity is how many accepted events the client may hold
+	// while they are not on the wire (see WithQueueCapacity).
 	DefaultQueueCapacity = 10_000
 	// DefaultConsumers is the number of upload goroutines. They send
 	// batches concurrently; a batch waiting for a retry holds none of them
@@ -33,6 +34,9 @@ const (
 	DefaultMaxTotalBackoffDuration = 12 * time.Hour
 	// DefaultMaxRateLimitDuration bounds one rate-limit episode.
 	DefaultMaxRateLimitDuration = 12 * time.Hour
+	// DefaultCloseTimeout bounds Close when its context has no deadline
+	// (see WithCloseTimeout).
+	DefaultCloseTimeout = 30 * time.Second
 
 	// MaxRetryAfter caps a server's Retry-After: longer values are waited as
 	// this long (R24).
@@ -73,8 +77,9 @@ func DefaultBackoffPolicy() BackoffPolicy {
 }
 
 // Config is the effective configuration of a Client, as returned by
-// Client.Config. It never contains the write key, so it is safe to log or
-// attach to a support request.
+// Client.Config. It never contains the write key, and Endpoint has its user
+// information (a password) replaced by xxxxx, so it is safe to log in any
+// form or to attach to a support request.
 type Config struct {
 	Endpoint                string
 	FlushAt                 int
@@ -94,15 +99,18 @@ type Config struct {
 	// EventSentAt reports whether every event also carries the attempt's
 	// sentAt (WithEventSentAt; default false).
 	EventSentAt bool
+	// CloseTimeout bounds a Close whose context has no deadline
+	// (WithCloseTimeout); 0 means nothing does.
+	CloseTimeout time.Duration
 }
 
 // String renders the configuration on one line for logs; user information
 // in the endpoint URL (a password) is shown as xxxxx.
 func (c Config) String() string {
 	return fmt.Sprintf("endpoint=%s flushAt=%d flushInterval=%s queueCapacity=%d consumers=%d httpTimeout=%s "+
-		"maxRetries=%d maxTotalBackoffDuration=%s maxRateLimitDuration=%s gzip=%t eventSentAt=%t",
+		"maxRetries=%d maxTotalBackoffDuration=%s maxRateLimitDuration=%s gzip=%t eventSentAt=%t closeTimeout=%s",
 		redactURL(c.Endpoint), c.FlushAt, c.FlushInterval, c.QueueCapacity, c.Consumers, c.HTTPTimeout,
-		c.MaxRetries, c.MaxTotalBackoffDuration, c.MaxRateLimitDuration, c.Gzip, c.EventSentAt)
+		c.MaxRetries, c.MaxTotalBackoffDuration, c.MaxRateLimitDuration, c.Gzip, c.EventSentAt, c.CloseTimeout)
 }
 
 // ConfigError reports an invalid option given to New. Field names the
@@ -162,8 +170,9 @@ func invalid(field string, value any, reason string) *ConfigError {
 // WithEndpoint sets the base URL of the tracking API (default
 // DefaultEndpoint). The client posts to Endpoint + "/v1/batch"; one trailing
 // slash is removed (R1). It must be an absolute http or https base URL,
-// such as "https://api.segment.io", without /v1/batch, a query or a
-// fragment; otherwise New returns a *ConfigError that says so.
+// such as "https://api.segment.io", without /v1/batch or /v1, a second
+// trailing slash, a query or a fragment; otherwise New returns a
+// *ConfigError that says so.
 func WithEndpoint(endpoint string) Option {
 	return optionFunc(func(s *settings) { s.Endpoint = endpoint })
 }
@@ -182,10 +191,13 @@ func WithFlushInterval(d time.Duration) Option {
 }
 
 // WithQueueCapacity sets how many accepted events the client may hold
-// while they are not in flight: queued, in an open batch, or in a batch in
-// the waiting room (default 10 000; from 1 to MaxQueueCapacity). When that
-// many are held, enqueue calls return ErrQueueFull; events in a request on
-// the wire do not count (R43, R44).
+// while they are not on the wire (default 10 000; from 1 to
+// MaxQueueCapacity): queued, in an open batch, or in a batch waiting in
+// the waiting room for a backoff or rate-limit retry. When that many are
+// held, enqueue calls return ErrQueueFull (EnqueueContext waits). Only
+// events in a request in flight do not count (R43, R44). A batch that has
+// to wait never causes ErrQueueFull itself, but it keeps its room, so
+// during an outage new events are rejected instead of memory growing.
 func WithQueueCapacity(n int) Option {
 	return optionFunc(func(s *settings) { s.QueueCapacity = n })
 }
@@ -229,6 +241,18 @@ func WithMaxTotalBackoffDuration(d time.Duration) Option {
 // negative values and values above MaxMaxRateLimitDuration fail New (R35).
 func WithMaxRateLimitDuration(d time.Duration) Option {
 	return optionFunc(func(s *settings) { s.MaxRateLimitDuration = d })
+}
+
+// WithCloseTimeout bounds a Close whose context has no deadline (default
+// DefaultCloseTimeout, 30 s; from 0 to MaxCloseTimeout): such a Close is
+// interrupted CloseTimeout after it was called, or when its context is
+// cancelled if that comes first, and returns within 0.5 s of that (R39).
+// So Close(context.Background()) cannot run for hours against a dead
+// endpoint. A context with a deadline is bounded by its deadline alone,
+// whether it is shorter or longer than CloseTimeout. 0 leaves a Close
+// without a deadline unbounded.
+func WithCloseTimeout(d time.Duration) Option {
+	return optionFunc(func(s *settings) { s.CloseTimeout = d })
 }
 
 // WithGzip compresses request bodies and sets Content-Encoding: gzip
@@ -285,6 +309,7 @@ func defaultSettings(writeKey string) settings {
 			MaxRetries:              DefaultMaxRetries,
 			MaxTotalBackoffDuration: DefaultMaxTotalBackoffDuration,
 			MaxRateLimitDuration:    DefaultMaxRateLimitDuration,
+			CloseTimeout:            DefaultCloseTimeout,
 			Backoff:                 DefaultBackoffPolicy(),
 			MaxEventBytes:           MaxEventBytes,
 			MaxBatchBytes:           MaxBatchBytes,
@@ -312,6 +337,13 @@ func resolve(writeKey string, opts []Option) (settings, error) {
 	}
 	if strings.TrimSpace(writeKey) == "" {
 		return s, invalid("WriteKey", `""`, "must not be empty")
+	}
+	// Refused, not trimmed: a key read from a secret file with its newline
+	// would otherwise get a 401 on every request, and trimming silently
+	// would hide a secret that is broken where it is stored.
+	if strings.TrimSpace(writeKey) != writeKey {
+		return s, invalid("WriteKey", "redacted", "has leading or trailing whitespace (a newline from a secret file?); "+
+			"trim it before calling New, e.g. strings.TrimSpace")
 	}
 	s.Endpoint = strings.TrimSuffix(s.Endpoint, "/") // R1
 	if err := checkEndpoint(s.Endpoint); err != nil {

@@ -1,7 +1,11 @@
 package analytics
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"log/slog"
 	"math"
 	"net/http"
 	"testing"
@@ -10,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // U5, R48, R49: an unconfigured client's effective config is the defaults table of docs/delivery.md.
@@ -28,6 +33,7 @@ func TestDefaultConfig(t *testing.T) {
 		MaxRetries:              1000,
 		MaxTotalBackoffDuration: 43_200 * time.Second,
 		MaxRateLimitDuration:    43_200 * time.Second,
+		CloseTimeout:            30 * time.Second,
 		Backoff: BackoffPolicy{
 			InitialInterval:     500 * time.Millisecond,
 			Multiplier:          2,
@@ -190,6 +196,11 @@ func TestEndpointMustBeTheBaseURL(t *testing.T) {
 		"https://api.segment.io/?",
 		"https://api.segment.io#x",
 		"https://api.segment.io/#",
+		"https://api.segment.io/v1",
+		"https://api.segment.io/v1/",
+		"https://proxy.example.com/segment/V1",
+		"https://api.segment.io//",
+		"https://proxy.example.com/segment//",
 	} {
 		c, err := New("wk", WithEndpoint(ep))
 		assert.Nil(t, c, ep)
@@ -200,7 +211,8 @@ func TestEndpointMustBeTheBaseURL(t *testing.T) {
 			assert.Contains(t, err.Error(), "https://api.segment.io", ep)
 		}
 	}
-	for _, ep := range []string{"https://proxy.example.com/segment", "http://127.0.0.1:1/", "https://api.segment.io/v1/batcher"} {
+	for _, ep := range []string{"https://proxy.example.com/segment", "http://127.0.0.1:1/", "https://api.segment.io/v1/batcher",
+		"https://proxy.example.com/v1x", "https://proxy.example.com/api/v10/"} {
 		c, err := New("wk", WithEndpoint(ep))
 		require.NoError(t, err, ep)
 		auditLater(t, c, nil)
@@ -232,4 +244,50 @@ func TestEndpointUserInfoRedacted(t *testing.T) {
 		assert.NotContains(t, err.Error(), "hunter2", ep)
 		assert.NotContains(t, err.Error(), "hun ter2", ep)
 	}
+}
+
+// Config is safe to log in every form, not only through String: a password
+// in the endpoint URL never reaches slog's JSON handler, JSON, %+v, %#v or
+// zap.Any.
+func TestConfigRedactedInEveryForm(t *testing.T) {
+	c, err := New("wk", WithEndpoint("https://proxyuser:s3cret@proxy.example.com/segment"))
+	require.NoError(t, err)
+	defer func() { require.NoError(t, closeClient(t, c, time.Second)) }()
+	cfg := c.Config()
+
+	var out bytes.Buffer
+	slog.New(slog.NewJSONHandler(&out, nil)).Info("client", "config", cfg)
+	fmt.Fprintf(&out, "\n%v\n%+v\n%#v\n%s\n", cfg, cfg, cfg, cfg)
+	j, err := json.Marshal(cfg)
+	require.NoError(t, err)
+	out.Write(j)
+	var zout bytes.Buffer
+	zl := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(&zout), zapcore.DebugLevel))
+	zl.Info("client", zap.Any("config", cfg), zap.Stringer("s", cfg))
+	out.Write(zout.Bytes())
+
+	text := out.String()
+	assert.NotContains(t, text, "s3cret")
+	assert.NotContains(t, text, "proxyuser")
+	assert.Contains(t, text, `"Endpoint":"https://xxxxx@proxy.example.com/segment"`)
+	assert.Equal(t, "https://xxxxx@proxy.example.com/segment", cfg.Endpoint)
+}
+
+// A write key with surrounding whitespace (read from a secret file with its
+// newline) is refused at New, without printing the key, instead of getting
+// a 401 on every request.
+func TestWriteKeyWhitespaceRefused(t *testing.T) {
+	for _, wk := range []string{"s3cretkey\n", "s3cretkey\r\n", " s3cretkey", "s3cretkey\t"} {
+		c, err := New(wk, WithEndpoint("http://127.0.0.1:1"))
+		assert.Nil(t, c)
+		var ce *ConfigError
+		if assert.ErrorAs(t, err, &ce, "%q", wk) {
+			assert.Equal(t, "WriteKey", ce.Field)
+			assert.Contains(t, err.Error(), "whitespace")
+			assert.NotContains(t, err.Error(), "s3cretkey")
+		}
+	}
+	c, err := New("s3cret key", WithEndpoint("http://127.0.0.1:1")) // inner space: the key's business
+	require.NoError(t, err)
+	require.NoError(t, closeClient(t, c, time.Second))
 }

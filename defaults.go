@@ -54,7 +54,7 @@ func checkDefaults(m map[string]any) error {
 	var e encoder
 	e.object(m, nil, 0, "")
 	if e.err != nil {
-		return fmt.Errorf("cannot be encoded as JSON: %w", e.err)
+		return fmt.Errorf("%s cannot be encoded as JSON: %w", e.keyPath(""), e.err)
 	}
 	return nil
 }

@@ -756,13 +756,13 @@ func TestDropWarningsAreAggregated(t *testing.T) {
 			require.NoError(t, flush(t, c, time.Minute))
 		}
 		var counts []int64
-		for _, e := range logs.FilterMessage("events rejected because the queue was full").All() {
+		for _, e := range logs.FilterMessage("enqueue calls rejected; their events will not be sent").All() {
 			counts = append(counts, e.ContextMap()["events"].(int64))
 		}
 		assert.Equal(t, []int64{1}, counts, "the first drop is reported at once, the next ones wait for the interval")
 		require.NoError(t, closeClient(t, c, time.Second))
 		counts = counts[:0]
-		for _, e := range logs.FilterMessage("events rejected because the queue was full").All() {
+		for _, e := range logs.FilterMessage("enqueue calls rejected; their events will not be sent").All() {
 			counts = append(counts, e.ContextMap()["events"].(int64))
 		}
 		assert.Equal(t, []int64{1, 3}, counts, "Close reports the rest")
@@ -832,7 +832,7 @@ func TestDropWarningRepeatsAfterInterval(t *testing.T) {
 		time.Sleep(time.Second)
 		synctest.Wait()
 		var at []time.Duration
-		for _, e := range logs.FilterMessage("events rejected because the queue was full").All() {
+		for _, e := range logs.FilterMessage("enqueue calls rejected; their events will not be sent").All() {
 			at = append(at, e.Time.Sub(start))
 		}
 		assert.Equal(t, []time.Duration{time.Second, 11 * time.Second}, at)

@@ -52,7 +52,10 @@
 //
 // Flush waits for what was enqueued before it; Close drains the queue with
 // the same policy and, when its context ends first, hands back what is
-// left and returns within the deadline plus 0.5 s.
+// left and returns within the deadline plus 0.5 s. A context without a
+// deadline is bounded by CloseTimeout (30 s, WithCloseTimeout). Derive
+// Close's context from context.Background(), not from the context that
+// signalled shutdown: that one is already done.
 //
 // The complete delivery contract is docs/delivery.md in the module's
 // repository. Doc comments cite its rules by id: (R43) is rule R43 there,

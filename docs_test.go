@@ -1,6 +1,7 @@
 package analytics
 
 import (
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -8,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode"
 )
 
 // contractIDs are the identifiers of docs/delivery.md: rules, decisions,
@@ -91,10 +93,27 @@ func TestContractIDsResolve(t *testing.T) {
 	}
 }
 
-// Relative links in the Markdown files point at files of the repository.
+// Relative links in the Markdown files point at files of the repository,
+// and a link's #fragment at a heading of the Markdown file it names (as
+// GitHub makes anchors of headings), so moving a section cannot leave a
+// dangling link behind.
 func TestDocLinksResolve(t *testing.T) {
 	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
-	for _, path := range repoFiles(t) {
+	files := append(repoFiles(t), filepath.Join("docs", "delivery.md"))
+	anchors := map[string]map[string]bool{} // by cleaned path
+	anchorsOf := func(path string) map[string]bool {
+		if a, ok := anchors[path]; ok {
+			return a
+		}
+		text, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		anchors[path] = headingAnchors(string(text))
+		return anchors[path]
+	}
+	checked := 0
+	for _, path := range files {
 		if filepath.Ext(path) != ".md" {
 			continue
 		}
@@ -102,29 +121,88 @@ func TestDocLinksResolve(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, m := range link.FindAllStringSubmatch(string(text), -1) {
+		for _, m := range link.FindAllStringSubmatch(stripCode(string(text)), -1) {
 			target := m[1]
-			if strings.Contains(target, "://") || strings.HasPrefix(target, "#") || strings.HasPrefix(target, "mailto:") {
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
 				continue
 			}
-			target, _, _ = strings.Cut(target, "#")
-			if _, err := os.Stat(filepath.Join(filepath.Dir(path), target)); err != nil {
-				t.Errorf("%s links to %s, which does not exist", path, m[1])
+			file, frag, _ := strings.Cut(target, "#")
+			resolved := path
+			if file != "" {
+				resolved = filepath.Join(filepath.Dir(path), file)
+				if _, err := os.Stat(resolved); err != nil {
+					t.Errorf("%s links to %s, which does not exist", path, target)
+					continue
+				}
+			}
+			checked++
+			if frag != "" && filepath.Ext(resolved) == ".md" && !anchorsOf(filepath.Clean(resolved))[frag] {
+				t.Errorf("%s links to %s, but %s has no heading with the anchor #%s", path, target, resolved, frag)
 			}
 		}
 	}
-	// docs/delivery.md is skipped by repoFiles; check its links too.
-	text, err := os.ReadFile(filepath.Join("docs", "delivery.md"))
+	if checked < 50 {
+		t.Errorf("only %d relative links checked: is the link pattern still right?", checked)
+	}
+}
+
+// headingAnchors returns the anchors GitHub gives the headings of a
+// Markdown text: lower case, spaces to hyphens, punctuation other than
+// hyphens and underscores dropped, "-1", "-2", … for repeats.
+func headingAnchors(text string) map[string]bool {
+	out := map[string]bool{}
+	seen := map[string]int{}
+	for _, line := range strings.Split(stripCode(text), "\n") {
+		if !strings.HasPrefix(line, "#") {
+			continue
+		}
+		title := strings.TrimSpace(strings.TrimLeft(line, "#"))
+		var b strings.Builder
+		for _, r := range strings.ToLower(title) {
+			switch {
+			case r == ' ':
+				b.WriteByte('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				b.WriteRune(r)
+			}
+		}
+		a := b.String()
+		if n := seen[a]; n > 0 {
+			out[fmt.Sprintf("%s-%d", a, n)] = true
+		} else {
+			out[a] = true
+		}
+		seen[a]++
+	}
+	return out
+}
+
+// stripCode blanks fenced code blocks, whose lines are neither headings
+// nor links.
+func stripCode(text string) string {
+	lines := strings.Split(text, "\n")
+	in := false
+	for i, l := range lines {
+		if strings.HasPrefix(strings.TrimSpace(l), "```") {
+			in = !in
+			lines[i] = ""
+			continue
+		}
+		if in {
+			lines[i] = ""
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+// The README is a page a newcomer reads to the end: the reference lives in
+// docs/.
+func TestREADMEIsShort(t *testing.T) {
+	text, err := os.ReadFile("README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range link.FindAllStringSubmatch(string(text), -1) {
-		target, _, _ := strings.Cut(m[1], "#")
-		if target == "" || strings.Contains(target, "://") {
-			continue
-		}
-		if _, err := os.Stat(filepath.Join("docs", target)); err != nil {
-			t.Errorf("docs/delivery.md links to %s, which does not exist", m[1])
-		}
+	if n := len(strings.Fields(string(text))); n > 3000 {
+		t.Errorf("README.md has %d words, want at most 3 000: move reference material to docs/", n)
 	}
 }

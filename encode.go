@@ -7,6 +7,7 @@ import (
 	"math"
 	"strconv"
 	"time"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -29,6 +30,10 @@ type encoder struct {
 	// WithDefaultProperties maps (nil without them), merged under the
 	// event's own maps.
 	defaults *defaults
+	// path is where the value that set err sits, innermost first: map
+	// keys and [i] array indexes, recorded as the error unwinds (so only
+	// a failing event pays for it). See keyPath.
+	path []string
 }
 
 // header opens the object with the fields every message has. An empty id
@@ -81,23 +86,66 @@ func (e *encoder) tail(key string, m map[string]any, ctx, integrations map[strin
 		e.buf = append(e.buf, '"', ':')
 		e.object(m, defaultProps, 0, "")
 		if e.err != nil {
-			return &MessageError{Type: e.typ, Field: key, Reason: "cannot be encoded", Err: e.err}
+			return e.encodeError(key)
 		}
 	}
 	e.buf = append(e.buf, `,"context":`...)
 	e.object(ctx, defaultCtx, 0, "library")
 	if e.err != nil {
-		return &MessageError{Type: e.typ, Field: "Context", Reason: "cannot be encoded", Err: e.err}
+		return e.encodeError("context")
 	}
 	if integrations != nil {
 		e.buf = append(e.buf, `,"integrations":`...)
 		e.object(integrations, nil, 0, "")
 		if e.err != nil {
-			return &MessageError{Type: e.typ, Field: "Integrations", Reason: "cannot be encoded", Err: e.err}
+			return e.encodeError("integrations")
 		}
 	}
 	e.buf = append(e.buf, '}')
 	return nil
+}
+
+// fieldNames are the message fields of the JSON keys that hold maps, for
+// MessageError.Field: the same name for the same field in every message
+// type.
+var fieldNames = map[string]string{
+	"properties": "Properties", "traits": "Traits", "context": "Context", "integrations": "Integrations",
+}
+
+// encodeError is the *MessageError of a map that could not be encoded: Field
+// is the message field ("Properties"), Path the key path of the value, from
+// the JSON key ("properties.revenue", "context.device.ids[2]").
+func (e *encoder) encodeError(jsonKey string) *MessageError {
+	me := &MessageError{Type: e.typ, Field: fieldNames[jsonKey], Path: e.keyPath(jsonKey), Reason: "cannot be encoded", Err: e.err}
+	e.path = e.path[:0]
+	return me
+}
+
+// keyPath joins root and the recorded path: keys after a dot, indexes and
+// keys that are not plain words in brackets (properties["a.b"]).
+func (e *encoder) keyPath(root string) string {
+	p := root
+	for i := len(e.path) - 1; i >= 0; i-- {
+		if el := e.path[i]; p == "" || el[0] == '[' {
+			p += el
+		} else {
+			p += "." + el
+		}
+	}
+	return p
+}
+
+// pathKey is how a map key appears in a key path.
+func pathKey(k string) string {
+	for _, r := range k {
+		if !(r == '_' || r == '-' || r == '$' || r == '@' || unicode.IsLetter(r) || unicode.IsDigit(r)) {
+			return "[" + strconv.Quote(k) + "]"
+		}
+	}
+	if k == "" {
+		return `[""]`
+	}
+	return k
 }
 
 // libraryJSON is the context.library value every event carries.
@@ -149,6 +197,9 @@ func (e *encoder) entry(first *bool, k string, v any, depth int) {
 	e.buf = appendString(e.buf, k)
 	e.buf = append(e.buf, ':')
 	e.value(v, depth+1)
+	if e.err != nil {
+		e.path = append(e.path, pathKey(k))
+	}
 }
 
 func (e *encoder) value(v any, depth int) {
@@ -189,10 +240,11 @@ func (e *encoder) value(v any, depth int) {
 			}
 			if depth > maxNesting {
 				e.err = errTooDeep
-				return
+			} else {
+				e.value(item, depth+1)
 			}
-			e.value(item, depth+1)
 			if e.err != nil {
+				e.path = append(e.path, "["+strconv.Itoa(i)+"]")
 				return
 			}
 		}

@@ -214,7 +214,7 @@ func TestNestingLimit(t *testing.T) {
 		_, err = encodeTrack(t, Track{UserID: "u", Event: "e", Properties: nest(maxNesting + 2)})
 		var me *MessageError
 		require.ErrorAs(t, err, &me, "%s: %d levels", name, maxNesting+2)
-		assert.Equal(t, "properties", me.Field)
+		assert.Equal(t, "Properties", me.Field)
 		assert.ErrorIs(t, err, errTooDeep)
 	}
 }

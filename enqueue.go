@@ -12,7 +12,11 @@ func (c *Client) dispatch(ctx context.Context, wait bool, m Message) error {
 	sc := getScratch()
 	sc.enc.defaults = c.defaults
 	copied, err := prepareMessage(sc, m, c.withMessages)
-	return c.settle.stats.count(c.accept(ctx, wait, sc, copied, err))
+	err = c.settle.stats.count(c.accept(ctx, wait, sc, copied, err))
+	if err != nil {
+		c.settle.rejected() // the aggregated warning (R51)
+	}
+	return err
 }
 
 // prepareMessage validates m, stamps it and encodes it into sc's encoder;

@@ -11,7 +11,9 @@ import (
 // Flush and Close. The event of a call that returned an error is never sent
 // and gets no callback.
 var (
-	// ErrQueueFull: QueueCapacity events are already waiting (R43).
+	// ErrQueueFull: the client already holds QueueCapacity events that are
+	// not on the wire: queued, in an open batch or waiting to be retried
+	// (R43).
 	ErrQueueFull = errors.New("analytics: queue full")
 	// ErrClosed: the client was closed; also returned by a second Close and
 	// by Flush after Close.
@@ -45,21 +47,33 @@ var (
 // validation or cannot be encoded, and for a nil message. It matches
 // ErrInvalidMessage with errors.Is.
 type MessageError struct {
-	Type   string // message type, e.g. "track"; "" when there is no message
-	Field  string // offending field, e.g. "Event" or "Properties"
+	Type string // message type, e.g. "track"; "" when there is no message
+	// Field is the offending field of the message type, as named in Go:
+	// "Event", "UserID or AnonymousID", "Message", or for a value that
+	// cannot be encoded the map holding it: "Properties", "Traits",
+	// "Context" or "Integrations".
+	Field string
+	// Path is the key path of a value that cannot be encoded, from the
+	// JSON key of its map: "properties.revenue", "context.device.ids[2]",
+	// `properties["a.b"]`. It is "" for the other errors.
+	Path   string
 	Reason string
 	Err    error // underlying encoding error, if any
 }
 
-// Error describes the type, field and reason, e.g. "analytics: invalid
-// track message: Event is required" or "analytics: invalid message:
-// Message is nil (…)".
+// Error describes the type, field, reason and key path, e.g. "analytics:
+// invalid track message: Event is required", "analytics: invalid track
+// message: Properties cannot be encoded: properties.revenue: unsupported
+// value NaN" or "analytics: invalid message: Message is nil (…)".
 func (e *MessageError) Error() string {
 	typ := ""
 	if e.Type != "" {
 		typ = e.Type + " "
 	}
 	s := fmt.Sprintf("analytics: invalid %smessage: %s %s", typ, e.Field, e.Reason)
+	if e.Path != "" {
+		s += ": " + e.Path
+	}
 	if e.Err != nil {
 		s += ": " + e.Err.Error()
 	}
@@ -101,11 +115,16 @@ type HTTPError struct {
 	StatusCode int
 	Kind       ErrorKind
 	Message    string
+	// Location is the Location header of a redirect (KindRedirect),
+	// resolved against the request URL, with user information and the write
+	// key removed; "" for other kinds or when the server sent none.
+	Location string
 }
 
 // Error describes kind, status and the server's excerpt, plus what to do
 // for the statuses that usually mean a configuration mistake: 401 and 403
-// (check the write key) and 404 (the endpoint must be the base URL).
+// (check the write key), 404 (the endpoint must be the base URL) and a
+// redirect (its Location, and the WithEndpoint to use instead).
 func (e *HTTPError) Error() string {
 	text := http.StatusText(e.StatusCode)
 	if text == "" {
@@ -121,7 +140,22 @@ func (e *HTTPError) Error() string {
 	case http.StatusNotFound:
 		s += " (the endpoint must be the API's base URL, such as " + DefaultEndpoint + ")"
 	}
+	if e.Kind == KindRedirect && e.Location != "" {
+		s += fmt.Sprintf(" to %s (not followed, nothing was sent there; if that is the API, point WithEndpoint at it: WithEndpoint(%q))",
+			e.Location, redirectBase(e.Location))
+	}
 	return s
+}
+
+// redirectBase is the endpoint to configure for a redirect's Location: the
+// URL without the /v1/batch the client appends, a query or a fragment.
+func redirectBase(location string) string {
+	base, _, _ := strings.Cut(location, "#")
+	base, _, _ = strings.Cut(base, "?")
+	if strings.HasSuffix(strings.ToLower(base), "/v1/batch") {
+		base = base[:len(base)-len("/v1/batch")]
+	}
+	return strings.TrimSuffix(base, "/")
 }
 
 // TransportError is a request that got no HTTP response: connection refused

@@ -37,6 +37,9 @@ func TestHTTPErrorText(t *testing.T) {
 			"analytics: non-retryable response 101 Switching Protocols"},
 		{HTTPError{StatusCode: 307, Kind: KindRedirect},
 			"analytics: redirect response 307 Temporary Redirect"},
+		{HTTPError{StatusCode: 301, Kind: KindRedirect, Location: "https://api.eu.example.com/v1/batch"},
+			"analytics: redirect response 301 Moved Permanently to https://api.eu.example.com/v1/batch (not followed, nothing was sent there; " +
+				`if that is the API, point WithEndpoint at it: WithEndpoint("https://api.eu.example.com"))`},
 	} {
 		assert.Equal(t, tc.want, tc.err.Error())
 	}

@@ -29,6 +29,8 @@ const (
 	MaxMaxTotalBackoffDuration = 7 * 24 * time.Hour
 	// MaxMaxRateLimitDuration bounds WithMaxRateLimitDuration.
 	MaxMaxRateLimitDuration = 7 * 24 * time.Hour
+	// MaxCloseTimeout bounds WithCloseTimeout.
+	MaxCloseTimeout = 24 * time.Hour
 )
 
 // validate checks the final settings, after every option was applied, so
@@ -67,6 +69,7 @@ func (s *settings) validate() error {
 		{"HTTPTimeout", s.HTTPTimeout, true, MaxHTTPTimeout, "MaxHTTPTimeout"},
 		{"MaxTotalBackoffDuration", s.MaxTotalBackoffDuration, false, MaxMaxTotalBackoffDuration, "MaxMaxTotalBackoffDuration"},
 		{"MaxRateLimitDuration", s.MaxRateLimitDuration, false, MaxMaxRateLimitDuration, "MaxMaxRateLimitDuration"},
+		{"CloseTimeout", s.CloseTimeout, false, MaxCloseTimeout, "MaxCloseTimeout"},
 	}
 	for _, c := range durations {
 		switch {
@@ -89,7 +92,8 @@ func (s *settings) validate() error {
 
 // checkEndpoint validates the endpoint (one trailing slash already
 // removed): an absolute http or https base URL, without the /v1/batch path
-// the client appends, a query or a fragment.
+// the client appends (or its /v1), a second trailing slash, a query or a
+// fragment.
 func checkEndpoint(endpoint string) error {
 	shown := redactURL(endpoint)
 	u, err := url.Parse(endpoint)
@@ -99,6 +103,14 @@ func checkEndpoint(endpoint string) error {
 	if strings.HasSuffix(strings.ToLower(u.Path), "/v1/batch") {
 		return invalid("Endpoint", shown, "must be the base URL of the API, such as "+DefaultEndpoint+
 			", without /v1/batch (the client appends it)")
+	}
+	if strings.HasSuffix(strings.ToLower(u.Path), "/v1") {
+		return invalid("Endpoint", shown, "must be the base URL of the API, such as "+DefaultEndpoint+
+			", without /v1 (the client appends /v1/batch)")
+	}
+	if strings.HasSuffix(endpoint, "/") {
+		return invalid("Endpoint", shown, "must not end in // (the client would post to //v1/batch); "+
+			"give the base URL, such as "+DefaultEndpoint)
 	}
 	if u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || strings.Contains(endpoint, "#") {
 		return invalid("Endpoint", shown, "must be the base URL of the API, such as "+DefaultEndpoint+

@@ -160,6 +160,7 @@ type response struct {
 	retryAfter string
 	hasRA      bool
 	text       string // bounded excerpt of the body (non-2xx only)
+	location   string // a 3xx's Location, resolved, redacted and bounded
 }
 
 // send makes one attempt. A nil error means a status line was received.
@@ -178,7 +179,7 @@ func (s *sender) send(ctx context.Context, b *batch) (response, error) {
 	if err != nil {
 		return response{}, err
 	}
-	// Exactly the header set of R5–R7; README lists it.
+	// Exactly the header set of R5–R7; docs/reference.md lists it.
 	req.Header = http.Header{
 		"Content-Type":  {"application/json"},
 		"User-Agent":    {s.userAgent},
@@ -215,6 +216,11 @@ func (s *sender) send(ctx context.Context, b *batch) (response, error) {
 		// the raw connection as its body: it is decided without reading it
 		// (R15), and closing it closes the connection.
 		return r, nil
+	}
+	if resp.StatusCode >= 300 && resp.StatusCode <= 399 {
+		if loc, err := resp.Location(); err == nil {
+			r.location = clip(s.redact(redactURL(loc.String())))
+		}
 	}
 	if resp.StatusCode > 299 {
 		// A read error part-way changes nothing (R16).
@@ -416,7 +422,7 @@ func classify(r response, err error, a attemptOf) verdict {
 		v.dropToken = true // R50: still a failure, but the next batch gets a fresh token
 	}
 	if v.outcome != outcomeDelivered {
-		v.err = &HTTPError{StatusCode: r.status, Kind: v.kind, Message: r.text}
+		v.err = &HTTPError{StatusCode: r.status, Kind: v.kind, Message: r.text, Location: r.location}
 	}
 	return v
 }

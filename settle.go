@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // settler gives every accepted event its one disposition (R42): delivered,
@@ -25,8 +26,10 @@ type settler struct {
 	stats counters
 
 	dropMu    sync.Mutex
-	dropsSeen int64     // drops already reported
-	dropLast  time.Time // last aggregated drop warning
+	dropsSeen rejections // rejections already reported
+	dropLast  time.Time  // last aggregated rejection warning
+	// reportPending: a report of rejections is scheduled (see rejected).
+	reportPending atomic.Bool
 }
 
 // delivered, failed and handBack end a batch: the caller must not use b
@@ -89,8 +92,14 @@ func (s *settler) events(evs []event, err error) {
 		}
 	default:
 		if handedBack {
+			// Not a delivery failure (R38, R51): a warning, and only
+			// information when the events wait on disk for the next start.
 			s.stats.handedBack.Add(n)
-			s.log.Error("events handed back at shutdown", zap.Int64("events", n), zap.Error(err))
+			level := zapcore.WarnLevel
+			if s.disk != nil {
+				level = zapcore.InfoLevel
+			}
+			s.log.Log(level, "events handed back at shutdown", zap.Int64("events", n), zap.Bool("kept", s.disk != nil), zap.Error(err))
 		} else {
 			s.stats.failed.Add(n)
 			s.log.Error("events not delivered", zap.Int64("events", n), zap.Error(err))
@@ -123,22 +132,81 @@ func messages(evs []event) []Message {
 }
 
 // dropReportInterval is the minimum time between two aggregated warnings
-// about events rejected with ErrQueueFull.
+// about rejected enqueue calls.
 const dropReportInterval = 10 * time.Second
 
-// reportDrops logs one warning for the drops since the last one, at most
-// once per dropReportInterval unless final; it runs on consumers and in
-// Close, never on the caller's goroutine.
-func (s *settler) reportDrops(final bool) {
-	total := s.stats.dropped.Load()
-	s.dropMu.Lock()
-	defer s.dropMu.Unlock()
-	if total == s.dropsSeen || (!final && !s.dropLast.IsZero() && time.Since(s.dropLast) < dropReportInterval) {
+// dropReportDelay is how long a report waits after the first rejection of
+// a quiet interval, so that a burst of rejections makes one line.
+const dropReportDelay = time.Second
+
+// rejected arranges the aggregated warning for a rejected enqueue call: the
+// first rejection after a quiet interval schedules one report,
+// dropReportDelay later (at most one per dropReportInterval), on a timer
+// goroutine, never on the caller's. So rejections reach the logs even when
+// no batch is being sent, and after Close. It does no I/O, and allocates
+// only when it schedules; without a logger that logs warnings it does
+// nothing.
+func (s *settler) rejected() {
+	if !s.log.Core().Enabled(zapcore.WarnLevel) || !s.reportPending.CompareAndSwap(false, true) {
 		return
 	}
-	s.log.Warn("events rejected because the queue was full",
-		zap.Int64("events", total-s.dropsSeen), zap.Int("queueCapacity", s.capacity))
-	s.dropsSeen, s.dropLast = total, time.Now()
+	delay := dropReportDelay
+	s.dropMu.Lock() // only when scheduling: at most once per interval
+	if !s.dropLast.IsZero() {
+		delay = max(delay, dropReportInterval-time.Since(s.dropLast))
+	}
+	s.dropMu.Unlock()
+	time.AfterFunc(delay, func() {
+		s.reportPending.Store(false)
+		s.reportDrops(true)
+	})
+}
+
+// rejections are the enqueue calls rejected, by reason.
+type rejections struct {
+	queueFull, invalid, tooLarge, closed, disk int64
+}
+
+func (s *counters) rejections() rejections {
+	return rejections{
+		queueFull: s.dropped.Load(),
+		invalid:   s.rejectedInvalid.Load(),
+		tooLarge:  s.rejectedTooLarge.Load(),
+		closed:    s.rejectedClosed.Load(),
+		disk:      s.rejectedDisk.Load(),
+	}
+}
+
+// reportDrops logs one warning for the rejections since the last one, with
+// a count per reason, at most once per dropReportInterval unless final; it
+// runs on consumers, on the timer rejected set and in Close, never on the
+// caller's goroutine.
+func (s *settler) reportDrops(final bool) {
+	now := s.stats.rejections()
+	s.dropMu.Lock()
+	defer s.dropMu.Unlock()
+	if now == s.dropsSeen || (!final && !s.dropLast.IsZero() && time.Since(s.dropLast) < dropReportInterval) {
+		return
+	}
+	seen := s.dropsSeen
+	d := rejections{now.queueFull - seen.queueFull, now.invalid - seen.invalid, now.tooLarge - seen.tooLarge,
+		now.closed - seen.closed, now.disk - seen.disk}
+	fields := []zap.Field{zap.Int64("events", d.queueFull+d.invalid+d.tooLarge+d.closed+d.disk)}
+	add := func(key string, n int64) {
+		if n > 0 {
+			fields = append(fields, zap.Int64(key, n))
+		}
+	}
+	add("queueFull", d.queueFull)
+	if d.queueFull > 0 {
+		fields = append(fields, zap.Int("queueCapacity", s.capacity))
+	}
+	add("invalid", d.invalid)
+	add("tooLarge", d.tooLarge)
+	add("closed", d.closed)
+	add("disk", d.disk)
+	s.log.Warn("enqueue calls rejected; their events will not be sent", fields...)
+	s.dropsSeen, s.dropLast = now, time.Now()
 }
 
 // Stats are cumulative counters of a Client, in events unless named

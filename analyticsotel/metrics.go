@@ -17,7 +17,7 @@
 //
 //	analytics.events.accepted      counter         {event}   enqueue calls that returned nil
 //	analytics.events.rejected      counter         {event}   enqueue calls that returned an error, by analytics.rejection.reason
-//	                                                          (invalid, too_large, queue_full, closed)
+//	                                                          (invalid, too_large, queue_full, closed, disk)
 //	analytics.events.delivered     counter         {event}   events answered 2xx
 //	analytics.events.failed        counter         {event}   events reported to OnError as failed
 //	analytics.events.handed_back   counter         {event}   events handed back at shutdown
@@ -78,6 +78,7 @@ var (
 	reasonTooLarge  = metric.WithAttributeSet(attribute.NewSet(attribute.String("analytics.rejection.reason", "too_large")))
 	reasonQueueFull = metric.WithAttributeSet(attribute.NewSet(attribute.String("analytics.rejection.reason", "queue_full")))
 	reasonClosed    = metric.WithAttributeSet(attribute.NewSet(attribute.String("analytics.rejection.reason", "closed")))
+	reasonDisk      = metric.WithAttributeSet(attribute.NewSet(attribute.String("analytics.rejection.reason", "disk")))
 )
 
 // New creates the instruments with a Meter of mp named ScopeName. It
@@ -150,6 +151,7 @@ func (m *Metrics) Observe(c *analytics.Client) error {
 		o.ObserveInt64(m.rejected, s.RejectedTooLarge, reasonTooLarge)
 		o.ObserveInt64(m.rejected, s.Dropped, reasonQueueFull)
 		o.ObserveInt64(m.rejected, s.RejectedClosed, reasonClosed)
+		o.ObserveInt64(m.rejected, s.RejectedDisk, reasonDisk) // durable mode (WithDiskBuffer)
 		o.ObserveInt64(m.delivered, s.Delivered)
 		o.ObserveInt64(m.failed, s.Failed)
 		o.ObserveInt64(m.handedBack, s.HandedBack)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"maps"
 	"net/http"
 	"strings"
 	"sync"
@@ -157,6 +158,7 @@ func TestMetricsReadBack(t *testing.T) {
 		{"analytics.events.rejected", []attribute.KeyValue{reason("too_large")}, 1},
 		{"analytics.events.rejected", []attribute.KeyValue{reason("closed")}, 1},
 		{"analytics.events.rejected", []attribute.KeyValue{reason("queue_full")}, 0},
+		{"analytics.events.rejected", []attribute.KeyValue{reason("disk")}, 0},
 		{"analytics.batches.delivered", nil, 1},
 		{"analytics.requests", nil, 2},
 		{"analytics.retries", nil, 1},
@@ -165,6 +167,15 @@ func TestMetricsReadBack(t *testing.T) {
 		if got := sum(t, ms, tc.name, tc.attrs...); got != tc.want {
 			t.Errorf("%s%v = %d, want %d", tc.name, tc.attrs, got, tc.want)
 		}
+	}
+	// Every reason of Stats has its point, the durable mode's too.
+	reasons := map[string]bool{}
+	for _, dp := range ms["analytics.events.rejected"].Data.(metricdata.Sum[int64]).DataPoints {
+		v, _ := dp.Attributes.Value("analytics.rejection.reason")
+		reasons[v.AsString()] = true
+	}
+	if want := map[string]bool{"invalid": true, "too_large": true, "queue_full": true, "closed": true, "disk": true}; !maps.Equal(reasons, want) {
+		t.Errorf("rejection reasons %v, want %v", reasons, want)
 	}
 	if u := ms["analytics.events.delivered"].Unit; u != "{event}" {
 		t.Errorf("unit %q", u)
