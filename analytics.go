@@ -66,9 +66,11 @@ type Client struct {
 	q            *queue
 	room         *waitingRoom
 	settle       *settler
-	withMessages bool      // a callback is registered: events carry a copy of their Message
-	defaults     *defaults // WithDefaultContext, WithDefaultProperties; nil without them
-	disk         *durable  // WithDiskBuffer; nil in memory mode
+	withMessages bool         // a callback is registered: events carry a copy of their Message
+	defaults     *defaults    // WithDefaultContext, WithDefaultProperties; nil without them
+	disk         *durable     // WithDiskBuffer; nil in memory mode
+	noLibrary    bool         // shared.Compat NoLibrary (compat.go)
+	stopRetries  *atomic.Bool // shared.Compat FastClose: set when Close begins; nil without
 
 	closed          atomic.Bool        // fast path for enqueue after Close
 	retire          chan struct{}      // closed by Close once consumers are no longer needed
@@ -91,7 +93,7 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 		return nil, err
 	}
 	places := newCapacity(s.QueueCapacity)
-	q := newQueue(places, s.FlushAt, batchEventBytes, s.FlushInterval)
+	q := newQueue(places, s.FlushAt, batchEventBytes-len(s.compat.BodyFields), s.FlushInterval)
 	q.perEvent = eventSentAtExtra(s.EventSentAt) // R45 with R59
 	cfg := s.Config
 	cfg.Endpoint = redactURL(cfg.Endpoint) // safe in every form: %+v, JSON, slog, zap.Any
@@ -109,7 +111,11 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 		},
 		withMessages: s.onSuccess != nil || s.onError != nil,
 		defaults:     newDefaults(s.defaultContext, s.defaultProperties),
+		noLibrary:    s.compat.NoLibrary,
 		retire:       make(chan struct{}),
+	}
+	if s.compat.FastClose {
+		c.stopRetries = new(atomic.Bool)
 	}
 	if s.disk != nil {
 		var replay []event
@@ -130,10 +136,9 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 		maxRetries:      s.MaxRetries,
 		maxBackoffTotal: s.MaxTotalBackoffDuration,
 		httpTimeout:     s.HTTPTimeout,
-		delay:           s.retryDelay,
-	}
-	if policy.delay == nil {
-		policy.delay = s.Backoff.delay
+		delay:           s.Backoff.delay,
+		retryDelay:      s.compat.RetryDelay,
+		stop:            c.stopRetries,
 	}
 	if s.oauth != nil {
 		c.auth = newTokenSource(s.oauth, httpClient, &s, c.room)
@@ -276,6 +281,7 @@ func (c *Client) Close(ctx context.Context) error {
 		return ErrClosed
 	}
 	c.closed.Store(true)
+	c.fastClose()
 	// Whatever happens below, consumers are stopped and nothing is left
 	// running that Close was meant to end.
 	retireOnce := sync.OnceFunc(func() { close(c.retire) })

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/relaykit/analytics-go/internal/shared"
 	"go.uber.org/zap"
 )
 
@@ -147,9 +148,7 @@ type settings struct {
 
 	defaultContext, defaultProperties map[string]any    // see defaults.go
 	attemptHook                       func(AttemptInfo) // see observe.go
-	// retryDelay replaces Backoff's schedule of counted waits (the wait
-	// before the k-th counted retry of a streak, R26, R61); nil: Backoff.
-	retryDelay func(k int) time.Duration
+	compat                            shared.Compat     // see compat.go
 }
 
 // Option configures a Client in New. Options are applied in order; a later
@@ -262,7 +261,9 @@ func WithGzip(enabled bool) Option {
 }
 
 // WithHTTPClient sets the HTTP client used for uploads (default: a client
-// with a clone of http.DefaultTransport). The client is copied, not changed:
+// with a clone of http.DefaultTransport, or with http.DefaultTransport
+// itself when a program replaced it by a RoundTripper that is not an
+// *http.Transport, as httpmock.Activate does). The client is copied, not changed:
 // the copy gets the SDK's redirect policy (307/308 followed within the
 // origin only, every other 3xx reported as a failure, R11). Per-attempt timeouts come from
 // WithHTTPTimeout; the client's own Timeout, if set, also applies. A nil
@@ -335,7 +336,7 @@ func resolve(writeKey string, opts []Option) (settings, error) {
 	if len(s.errs) > 0 {
 		return s, s.errs[0]
 	}
-	if strings.TrimSpace(writeKey) == "" {
+	if strings.TrimSpace(writeKey) == "" && !s.compat.AllowEmptyWriteKey {
 		return s, invalid("WriteKey", `""`, "must not be empty")
 	}
 	// Refused, not trimmed: a key read from a secret file with its newline

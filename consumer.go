@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -37,7 +38,9 @@ type retryPolicy struct {
 	httpTimeout     time.Duration
 	// delay is the wait before the k-th counted retry of a streak (k ≥ 1,
 	// R26, R61): BackoffPolicy.delay unless the configuration replaces it.
-	delay func(k int) time.Duration
+	delay      func(k int) time.Duration
+	retryDelay func(k int) time.Duration // shared.Compat RetryDelay; nil: delay (compat.go)
+	stop       *atomic.Bool              // shared.Compat FastClose: no retry once set; nil without
 }
 
 func (w *consumer) run() {
@@ -173,6 +176,10 @@ func (w *consumer) attempt(b *batch) {
 	if err == nil && v.outcome != outcomeRateLimited {
 		w.endEpisode() // R34: a response without a usable Retry-After; a transport error is no response
 	}
+	if (v.outcome == outcomeRetry || v.outcome == outcomeRateLimited) && w.policy.stopped() {
+		w.settle.failed(b, b.lastErr) // Close waits for no retry (compat.go)
+		return
+	}
 	switch v.outcome {
 	case outcomeDelivered:
 		w.room.succeeded(now) // R60–R62
@@ -238,7 +245,11 @@ func (w *consumer) retryLater(b *batch, now time.Time) {
 		w.settle.failed(b, &DeliveryError{Reason: ErrBackoffDurationExceeded, Last: b.lastErr, Attempts: b.attempts})
 		return
 	}
-	d := w.policy.delay(w.room.failed(b)) // R61: k restarts at every 2xx to anyone
+	k := w.room.failed(b) // R61: k restarts at every 2xx to anyone
+	d, custom := w.policy.compatDelay(b.retries)
+	if !custom {
+		d = w.policy.delay(k)
+	}
 	b.retries++
 	b.retryPending = true
 	b.rateLimited = false

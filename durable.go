@@ -62,9 +62,20 @@ const (
 // operating system when the process dies.
 var ErrDiskBufferLocked = errors.New("analytics: disk buffer directory is in use by another client")
 
+// ErrDiskBufferGone is the cause (see DiskError) of every enqueue call's
+// error once the disk buffer's directory was found removed or replaced
+// while the client used it: checked when a segment fills and at every
+// fsync (each interval with FsyncInterval, each batch with
+// FsyncEveryBatch). Nothing is written to a directory that is gone; the
+// client cannot use the disk buffer again, so such a client should be
+// closed and a new one made.
+var ErrDiskBufferGone = errors.New("analytics: disk buffer directory was removed or replaced while in use")
+
 // DiskError is returned by an enqueue call whose event could not be
 // written to the disk buffer (a read-only or full file system, an I/O
-// error), and by New when the directory cannot be opened. The event of an
+// error, the directory removed: ErrDiskBufferGone), and by New when the
+// directory cannot be opened or is refused (not private to this user, a
+// file of an unknown format version). The event of an
 // enqueue call that returned it was not accepted. Errors from the file
 // system are visible with errors.Is and errors.As (for example
 // errors.Is(err, syscall.ENOSPC)).
@@ -124,9 +135,12 @@ func WithFsyncInterval(iv time.Duration) DiskOption {
 	})
 }
 
-// WithDiskLimit bounds the bytes the segment files may take (default
-// 512 MiB, at least one segment). Past it, enqueue calls return an error
-// matching ErrQueueFull until delivered events free whole segments.
+// WithDiskLimit bounds the bytes the disk buffer's files may take
+// (default 512 MiB, at least two segments): the segments, the active one
+// counted at its full size, and the acknowledgement files. It holds across
+// restarts: New starts no segment past it. Past it, enqueue calls return
+// an error matching ErrQueueFull until delivered events free whole
+// segments.
 func WithDiskLimit(bytes int64) DiskOption {
 	return diskOptionFunc(func(d *diskSettings) { d.limit = bytes })
 }
@@ -153,7 +167,11 @@ func WithSegmentSize(bytes int64) DiskOption {
 // Kept set). New sends the events an earlier client left in dir before
 // any new one, with the same messageIds; callbacks receive them as
 // messages decoded from the stored JSON. One client at a time may use dir:
-// New fails with ErrDiskBufferLocked otherwise.
+// New fails with ErrDiskBufferLocked otherwise. dir must be private to the
+// process's user: New refuses (with a *DiskError saying why) a directory
+// writable by group or others or owned by another user. New opens a
+// directory on a full disk (enqueue calls then return a *DiskError until
+// delivered events free space).
 //
 // An enqueue call then costs one write(2) more; it returns an error
 // matching ErrQueueFull past the disk limit (WithDiskLimit) and a
@@ -172,8 +190,8 @@ func WithDiskBuffer(dir string, opts ...DiskOption) Option {
 			}
 			o.applyDisk(d)
 		}
-		if d.limit < d.segment {
-			d.errs = append(d.errs, invalid("DiskBuffer.DiskLimit", d.limit, "must be at least the segment size"))
+		if d.limit < 2*d.segment {
+			d.errs = append(d.errs, invalid("DiskBuffer.DiskLimit", d.limit, "must be at least twice the segment size"))
 		}
 		s.errs = append(s.errs, d.errs...)
 		s.disk = d
@@ -202,6 +220,7 @@ func openDurable(d *diskSettings, zlog *zap.Logger, withMessages bool) (*durable
 		MaxBytes:     d.limit,
 		NoMmap:       d.noMmap,
 		Logf:         func(format string, args ...any) { zlog.Warn(fmt.Sprintf(format, args...)) },
+		Errorf:       func(format string, args ...any) { zlog.Error(fmt.Sprintf(format, args...)) },
 	})
 	if errors.Is(err, diskbuf.ErrLocked) {
 		return nil, nil, fmt.Errorf("%w: %s", ErrDiskBufferLocked, d.dir)
@@ -230,9 +249,10 @@ func openDurable(d *diskSettings, zlog *zap.Logger, withMessages bool) (*durable
 		evs = append(evs, ev)
 	}
 	dur.replayed.Store(int64(len(evs)))
-	if st := log.Stats(); st.Torn+st.Corrupt > 0 || len(evs) > 0 {
+	if st := log.Stats(); st != (diskbuf.Stats{}) || len(evs) > 0 {
 		zlog.Info("disk buffer opened", zap.String("dir", d.dir), zap.Int("replayed", len(evs)),
-			zap.Int("torn", st.Torn), zap.Int("corrupt", st.Corrupt))
+			zap.Int("torn", st.Torn), zap.Int("corrupt", st.Corrupt),
+			zap.Int("missingSegments", st.Missing), zap.Int("skippedEntries", st.Skipped))
 	}
 	if d.policy == FsyncInterval {
 		dur.stopped.Add(1)
@@ -282,6 +302,8 @@ func (d *durable) append(ev *event, data []byte) error {
 		return fmt.Errorf("%w: the disk buffer reached its size limit", ErrQueueFull)
 	case errors.Is(err, diskbuf.ErrClosed):
 		return ErrClosed
+	case errors.Is(err, diskbuf.ErrDirGone):
+		return &DiskError{Op: "append", Dir: d.dir, Err: ErrDiskBufferGone}
 	default:
 		return &DiskError{Op: "append", Dir: d.dir, Err: err}
 	}

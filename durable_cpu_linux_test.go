@@ -13,3 +13,11 @@ func threadCPU() time.Duration {
 	_ = syscall.Getrusage(1 /* RUSAGE_THREAD */, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// realNow is the wall clock, also inside a synctest bubble (whose time
+// package clock stands still while goroutines run).
+func realNow() time.Duration {
+	var tv syscall.Timeval
+	_ = syscall.Gettimeofday(&tv)
+	return time.Duration(tv.Nano())
+}

@@ -34,6 +34,8 @@ type encoder struct {
 	// keys and [i] array indexes, recorded as the error unwinds (so only
 	// a failing event pays for it). See keyPath.
 	path []string
+	// noLibrary: no context.library stamp, and no empty context (compat.go).
+	noLibrary bool
 }
 
 // header opens the object with the fields every message has. An empty id
@@ -89,10 +91,15 @@ func (e *encoder) tail(key string, m map[string]any, ctx, integrations map[strin
 			return e.encodeError(key)
 		}
 	}
-	e.buf = append(e.buf, `,"context":`...)
-	e.object(ctx, defaultCtx, 0, "library")
-	if e.err != nil {
-		return e.encodeError("context")
+	if stamp := "library"; !e.noLibrary || ctx != nil || defaultCtx != nil {
+		if e.noLibrary {
+			stamp = ""
+		}
+		e.buf = append(e.buf, `,"context":`...)
+		e.object(ctx, defaultCtx, 0, stamp)
+		if e.err != nil {
+			return e.encodeError("context")
+		}
 	}
 	if integrations != nil {
 		e.buf = append(e.buf, `,"integrations":`...)

@@ -11,6 +11,7 @@ import (
 func (c *Client) dispatch(ctx context.Context, wait bool, m Message) error {
 	sc := getScratch()
 	sc.enc.defaults = c.defaults
+	sc.enc.noLibrary = c.noLibrary
 	copied, err := prepareMessage(sc, m, c.withMessages)
 	err = c.settle.stats.count(c.accept(ctx, wait, sc, copied, err))
 	if err != nil {

@@ -288,15 +288,15 @@ func TestReleaseKeepsDueOrder(t *testing.T) {
 	}
 }
 
-// R26, R61: the schedule of counted waits comes from one function the
-// configuration can replace (the segment v3 package drives it from its
-// RetryAfter); k is the streak.
-func TestRetryDelaySeam(t *testing.T) {
+// The segment v3 package's seam (shared.Compat RetryDelay) still sets the
+// counted waits, keyed to the batch's own retries as in v3, while the room
+// keeps the streak (R61) for everything else.
+func TestCompatRetryDelayStillDrivesWaits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		api := newFakeAPI(sequence(reply{status: 500}, reply{status: 500}, reply{status: 200}))
 		var ks []int
 		seam := optionFunc(func(s *settings) {
-			s.retryDelay = func(k int) time.Duration { ks = append(ks, k); return time.Duration(k) * 100 * time.Millisecond }
+			s.compat.RetryDelay = func(k int) time.Duration { ks = append(ks, k); return time.Duration(k+1) * 100 * time.Millisecond }
 		})
 		c := newTestClient(t, api, nil, WithFlushAt(1), seam)
 		mustTrack(t, c, "m1")
@@ -305,7 +305,7 @@ func TestRetryDelaySeam(t *testing.T) {
 		require.Len(t, reqs, 3)
 		assert.Equal(t, 100*time.Millisecond, gap(reqs, 0))
 		assert.Equal(t, 200*time.Millisecond, gap(reqs, 1))
-		assert.Equal(t, []int{1, 2}, ks)
+		assert.Equal(t, []int{0, 1}, ks)
 		require.NoError(t, closeClient(t, c, time.Second))
 	})
 }

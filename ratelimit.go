@@ -30,6 +30,7 @@ type waitingRoom struct {
 	answer   chan struct{} // a probe is out (R64); closed at its answer
 	seq      uint64        // arrival order, for ties of due instants
 	closed   bool          // Close has handed everything back: nothing may enter
+	noWait   bool          // Close waits for no retry (dueNow, compat.go): everything is due at once
 
 	health health
 	// release is the first counted wait d_1 (R62): after a 2xx, no counted
@@ -210,6 +211,9 @@ func (r *waitingRoom) putLocked(b *batch, due time.Time) bool {
 	if r.closed {
 		return false
 	}
+	if r.noWait {
+		due = time.Time{}
+	}
 	r.seq++
 	heap.Push(&r.waiting, waiter{b: b, due: due, seq: r.seq})
 	if b.retryPending && due.After(r.latest) {
@@ -237,7 +241,7 @@ func (r *waitingRoom) rateLimited(now time.Time, d time.Duration, b *batch) (ope
 		r.mu.Unlock()
 		return opened, expired, true
 	}
-	if dl := now.Add(d); dl.After(r.deadline) {
+	if dl := now.Add(d); dl.After(r.deadline) && !r.noWait {
 		r.deadline = dl
 	}
 	b.rateLimited = true

@@ -42,6 +42,7 @@ type sender struct {
 	secrets   []string // forms of the write key removed from server text
 	gzip      bool
 	eventSent bool
+	extra     []byte       // shared.Compat BodyFields (compat.go)
 	zw        *gzip.Writer // reused across attempts
 
 	plain, zipped []byte   // body buffers, reused across attempts
@@ -58,6 +59,7 @@ func newSender(s *settings, client *http.Client) *sender {
 		secrets:   writeKeyForms(s.writeKey),
 		gzip:      s.Gzip,
 		eventSent: s.EventSentAt,
+		extra:     s.compat.BodyFields,
 	}
 }
 
@@ -95,12 +97,16 @@ func (s *sender) encodeBody(buf []byte, b *batch, sentAt time.Time) []byte {
 	stamp := appendTimestamp(text[:0], sentAt.UTC(), nil)
 	// The size is known: allocate once rather than grow by doubling.
 	const frame = len(`{"batch":[],"sentAt":"","writeKey":}`) + len("2006-01-02T15:04:05.999999999Z")
-	if need := b.bytes + len(b.events)*eventSentAtExtra(s.eventSent) + len(s.writeKey) + frame; cap(buf) < need {
+	if need := b.bytes + len(b.events)*eventSentAtExtra(s.eventSent) + len(s.writeKey) + len(s.extra) + 1 + frame; cap(buf) < need {
 		buf = make([]byte, 0, need)
 	}
 	buf = append(buf[:0], `{"batch":[`...)
 	buf = appendEvents(buf, b.events, s.eventSent, stamp)
-	buf = append(buf, `],"sentAt":"`...)
+	buf = append(buf, ']')
+	if len(s.extra) > 0 {
+		buf = append(append(buf, ','), s.extra...)
+	}
+	buf = append(buf, `,"sentAt":"`...)
 	buf = append(buf, stamp...)
 	buf = append(buf, `","writeKey":`...)
 	buf = append(buf, s.writeKey...)
@@ -352,8 +358,11 @@ func newHTTPClient(s *settings) *http.Client {
 	var c http.Client
 	if s.httpClient != nil {
 		c = *s.httpClient
+	} else if dt, ok := http.DefaultTransport.(*http.Transport); !ok {
+		// Replaced (httpmock.Activate does so in tests): used as it is.
+		c.Transport = http.DefaultTransport
 	} else {
-		t := http.DefaultTransport.(*http.Transport).Clone()
+		t := dt.Clone()
 		// A typical batch (250 events of up to ~500 B) then leaves in one
 		// write. A body larger than the buffer makes net/http copy the rest
 		// through a fresh 32 KB buffer on every request.

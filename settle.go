@@ -235,6 +235,8 @@ type Stats struct {
 	Replayed    int64 // events an earlier client left in the disk buffer, sent first
 	DiskTorn    int64 // torn records (a write cut short by a crash) skipped at New
 	DiskCorrupt int64 // corrupt regions before valid records, and records that were not events, skipped at New
+	DiskMissing int64 // segments lost from the directory (a gap in their numbers, or no valid header), found at New
+	DiskSkipped int64 // directory entries named like disk buffer files that are not regular files, ignored at New
 }
 
 type counters struct {
@@ -293,6 +295,7 @@ func (c *Client) Stats() Stats {
 		st.Replayed = d.replayed.Load()
 		ds := d.log.Stats()
 		st.DiskTorn, st.DiskCorrupt = int64(ds.Torn), int64(ds.Corrupt)+d.skipped.Load()
+		st.DiskMissing, st.DiskSkipped = int64(ds.Missing), int64(ds.Skipped)
 	}
 	return st
 }

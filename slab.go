@@ -109,7 +109,7 @@ func getScratch() *scratch {
 }
 
 func putScratch(s *scratch) {
-	s.enc.defaults = nil
+	s.enc.defaults, s.enc.noLibrary = nil, false
 	if cap(s.enc.buf) > 64<<10 { // do not keep a huge event's buffer
 		s.enc.buf = make([]byte, 0, 1024)
 	}

@@ -1,12 +1,14 @@
 package analytics_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -168,13 +170,46 @@ func TestCloseDeliversAndReturns(t *testing.T) {
 	})
 }
 
-// With the API failing, Close gives up at DefaultCloseTimeout, returns
-// within DefaultCloseTimeout + 0.5 s and reports every message to Failure.
-func TestCloseServerDownDefaultBound(t *testing.T) {
+// With the API failing, Close behaves as v3's: each queued batch gets its
+// attempt, nothing waits for a retry, and every message goes to Failure at
+// once with the last error; Close returns nil. A batch that was waiting
+// for its retry when Close began is tried once more, then fails too.
+func TestCloseServerDownFailsAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		api := &fakeAPI{status: func(int) int { return 503 }}
 		rec := &recorder{}
-		client, err := analytics.NewWithConfig("key", analytics.Config{Transport: api, Callback: rec})
+		client, err := analytics.NewWithConfig("key", analytics.Config{Transport: api, Callback: rec, BatchSize: 2})
+		require.NoError(t, err)
+		for i := range 2 {
+			require.NoError(t, client.Enqueue(track(fmt.Sprint(i))))
+		}
+		synctest.Wait() // the first batch failed once and waits for its retry
+		require.Equal(t, 1, api.requests())
+		require.NoError(t, client.Enqueue(track("2")))
+		start := time.Now()
+		require.NoError(t, client.Close())
+		assert.Zero(t, time.Since(start), "no wait, not even for a backoff")
+		assert.Equal(t, 3, api.requests(), "the waiting batch once more, the queued one once")
+		successes, failures := rec.byID()
+		assert.Empty(t, successes)
+		assert.Equal(t, map[string]int{"0": 1, "1": 1, "2": 1}, failures)
+		for _, c := range rec.all() {
+			var httpErr *native.HTTPError
+			require.ErrorAs(t, c.err, &httpErr)
+			assert.Equal(t, 503, httpErr.StatusCode)
+			assert.NotErrorIs(t, c.err, native.ErrShutdownInterrupted)
+		}
+	})
+}
+
+// With DrainOnClose, Close retries with the engine's policy until
+// DefaultCloseTimeout, returns within DefaultCloseTimeout + 0.5 s and
+// reports every message to Failure as handed back.
+func TestCloseDrainOnCloseRetriesUntilTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := &fakeAPI{status: func(int) int { return 503 }}
+		rec := &recorder{}
+		client, err := analytics.NewWithConfig("key", analytics.Config{Transport: api, Callback: rec, DrainOnClose: true})
 		require.NoError(t, err)
 		for i := range 3 {
 			require.NoError(t, client.Enqueue(track(fmt.Sprint(i))))
@@ -195,9 +230,11 @@ func TestCloseServerDownDefaultBound(t *testing.T) {
 	})
 }
 
-// The same on a real loopback socket, with a server that accepts and
-// never answers and with no server at all: Close returns within
-// CloseTimeout + 0.5 s (plus scheduling slack) and fails every message.
+// On real loopback sockets, with the default configuration (no
+// CloseTimeout): against a closed port a v3 program's Close returns within
+// 1 s and reports each message to Failure once, with the *url.Error; the
+// same against a server that answers 500. A server that accepts and never
+// answers is bounded by CloseTimeout.
 func TestCloseServerDownLoopback(t *testing.T) {
 	release := make(chan struct{})
 	hanging := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -209,31 +246,65 @@ func TestCloseServerDownLoopback(t *testing.T) {
 	}))
 	defer hanging.Close()
 	defer close(release)
+	var served atomic.Int32
+	failing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		served.Add(1)
+		http.Error(w, "down", http.StatusInternalServerError)
+	}))
+	defer failing.Close()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	refused := "http://" + ln.Addr().String()
 	require.NoError(t, ln.Close())
 
-	for name, endpoint := range map[string]string{"hanging": hanging.URL, "refused": refused} {
-		t.Run(name, func(t *testing.T) {
+	for _, tc := range []struct {
+		name, endpoint string
+		closeTimeout   time.Duration
+		bound          time.Duration
+		check          func(t *testing.T, err error)
+	}{
+		{"refused", refused, 0, time.Second, func(t *testing.T, err error) {
+			_, ok := err.(*url.Error)
+			assert.True(t, ok, "Failure gets the *url.Error itself: %T %v", err, err)
+		}},
+		{"500", failing.URL, 0, time.Second, func(t *testing.T, err error) {
+			var httpErr *native.HTTPError
+			require.ErrorAs(t, err, &httpErr)
+			assert.Equal(t, 500, httpErr.StatusCode)
+		}},
+		{"hanging", hanging.URL, 300 * time.Millisecond, 300*time.Millisecond + 500*time.Millisecond + time.Second, func(t *testing.T, err error) {
+			assert.ErrorIs(t, err, native.ErrShutdownInterrupted)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			rec := &recorder{}
-			const bound = 300 * time.Millisecond
 			client, err := analytics.NewWithConfig("key", analytics.Config{
-				Endpoint: endpoint, Callback: rec, CloseTimeout: bound,
+				Endpoint: tc.endpoint, Callback: rec, CloseTimeout: tc.closeTimeout,
 				Transport: &http.Transport{}, // closed with the test's idle connections
 			})
 			require.NoError(t, err)
-			for i := range 4 {
+			for i := range 3 {
 				require.NoError(t, client.Enqueue(track(fmt.Sprint(i))))
 			}
 			start := time.Now()
 			err = client.Close()
 			elapsed := time.Since(start)
-			require.ErrorIs(t, err, native.ErrShutdownInterrupted)
-			assert.Less(t, elapsed, bound+500*time.Millisecond+time.Second, "bound plus grace plus slack for a loaded machine")
+			assert.Less(t, elapsed, tc.bound)
+			if tc.name == "hanging" {
+				require.ErrorIs(t, err, native.ErrShutdownInterrupted)
+			} else {
+				require.NoError(t, err, "as v3's Close: the failures went to Failure")
+			}
 			successes, failures := rec.byID()
 			assert.Empty(t, successes)
-			assert.Equal(t, map[string]int{"0": 1, "1": 1, "2": 1, "3": 1}, failures)
+			assert.Equal(t, map[string]int{"0": 1, "1": 1, "2": 1}, failures)
+			for _, c := range rec.all() {
+				tc.check(t, c.err)
+			}
+			if tc.name == "500" {
+				assert.Equal(t, int32(1), served.Load(), "the 500 batch was sent once, not retried")
+			}
 		})
 	}
 }
@@ -270,31 +341,56 @@ func TestEnqueueErrors(t *testing.T) {
 		require.Len(t, calls, 2, "the too large and the unencodable message reach Failure, as in v3")
 		assert.ErrorIs(t, calls[0].err, analytics.ErrMessageTooBig)
 		assert.Equal(t, "big", messageID(calls[0].msg))
-		assert.ErrorIs(t, calls[1].err, native.ErrInvalidMessage)
+		_, isJSONErr := calls[1].err.(*json.UnsupportedTypeError)
+		assert.True(t, isJSONErr, "Failure gets encoding/json's error, as in v3: %T", calls[1].err)
 		assert.Equal(t, "odd", messageID(calls[1].msg))
 	})
 }
 
-// An empty write key fails NewWithConfig with a ConfigError; New returns a
-// client that reports it from Enqueue.
+// An empty write key is accepted, as in v3, with one warning logged: the
+// requests go out with it and the API's 401 reaches Failure. Invalid
+// fields still fail NewWithConfig, and the error quotes their value once.
 func TestEmptyWriteKey(t *testing.T) {
-	_, err := analytics.NewWithConfig("", analytics.Config{})
-	var ce analytics.ConfigError
-	require.ErrorAs(t, err, &ce)
-	assert.Equal(t, "WriteKey", ce.Field)
+	synctest.Test(t, func(t *testing.T) {
+		api := &fakeAPI{status: func(int) int { return 401 }}
+		rec := &recorder{}
+		logs := &logLines{}
+		client, err := analytics.NewWithConfig("", analytics.Config{Transport: api, Callback: rec, Logger: logs})
+		require.NoError(t, err)
+		require.NoError(t, client.Enqueue(track("x")))
+		require.NoError(t, client.Close())
+		require.Equal(t, 1, api.requests())
+		assert.Equal(t, "Basic Og==", api.reqs[0].header.Get("Authorization"), `base64(":"): the empty key`)
+		_, failures := rec.byID()
+		assert.Equal(t, map[string]int{"x": 1}, failures)
+		info, _ := logs.lines()
+		warnings := 0
+		for _, l := range info {
+			if strings.Contains(l, "write key is empty") {
+				warnings++
+			}
+		}
+		assert.Equal(t, 1, warnings, "one warning: %q", info)
+	})
 
 	client := analytics.New("")
-	assert.ErrorAs(t, client.Enqueue(track("x")), &ce)
-	assert.NoError(t, client.Close())
+	require.NoError(t, client.Close())
 	assert.ErrorIs(t, client.Close(), analytics.ErrClosed)
 
-	_, err = analytics.NewWithConfig("key", analytics.Config{Endpoint: "not a url"})
+	var ce analytics.ConfigError
+	_, err := analytics.NewWithConfig("key", analytics.Config{Endpoint: "not a url"})
 	require.ErrorAs(t, err, &ce)
 	assert.Equal(t, "Endpoint", ce.Field)
+	assert.Equal(t, "not a url", ce.Value)
+	assert.Contains(t, err.Error(), `(analytics.Config.Endpoint: "not a url")`)
 	for _, bad := range []analytics.Config{{BatchSize: -1}, {CloseTimeout: -1}} {
 		_, err = analytics.NewWithConfig("key", bad)
 		assert.ErrorAs(t, err, &ce)
 	}
+	huge := &analytics.Context{Extra: map[string]interface{}{"blob": strings.Repeat("x", 40_000)}}
+	_, err = analytics.NewWithConfig("key", analytics.Config{DefaultContext: huge})
+	require.ErrorAs(t, err, &ce, "the body's context counts in the 500 KB budget: it must stay small")
+	assert.Equal(t, "DefaultContext", ce.Field)
 }
 
 // Logger gets the engine's errors through Errorf, Verbose adds debug lines;

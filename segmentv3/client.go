@@ -2,9 +2,12 @@ package analytics
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,14 +20,17 @@ import (
 // NewWithConfig, share it (it is safe for concurrent use) and Close it at
 // shutdown.
 type Client interface {
-	// Close delivers the messages that were queued and stops the client.
-	// It waits at most Config.CloseTimeout (DefaultCloseTimeout when
-	// zero) for the deliveries, then hands every message it could not
-	// deliver to Callback.Failure and returns an error that says how many
-	// there were; it always returns within that bound plus 0.5 s. It
-	// returns nil when everything queued got its outcome in time (failures
-	// included: they are reported to Callback.Failure). Later calls return
-	// ErrClosed.
+	// Close sends the messages that were queued and stops the client. As
+	// in v3 it waits for no retry: each queued batch gets its attempt, and
+	// every message that is not delivered by it (or was waiting for a
+	// retry) goes to Callback.Failure at once, with the last error. With
+	// Config.DrainOnClose it retries with the normal policy instead. Either
+	// way it waits at most Config.CloseTimeout (DefaultCloseTimeout when
+	// zero): then it hands every message still without an outcome to
+	// Callback.Failure and returns an error that says how many there were;
+	// it always returns within that bound plus 0.5 s. It returns nil when
+	// everything queued got its outcome in time (failures included: they
+	// are reported to Callback.Failure). Later calls return ErrClosed.
 	io.Closer
 
 	// Enqueue validates msg, fills in its Type, MessageId (a random UUID)
@@ -32,17 +38,20 @@ type Client interface {
 	// delivery. It waits while the queue is full, as v3 did; it does no
 	// I/O.
 	//
-	// It returns a FieldError when a required field is empty, ErrClosed
-	// after Close, and an error wrapping ErrMessageTooBig (also passed to
+	// Enqueue first calls msg's Validate method, as v3 did, and returns its
+	// error. It returns an error for a nil message and for a type that is
+	// not one of the six message types ("messages with custom types cannot
+	// be enqueued: T", T being the type, as in v3), ErrClosed after Close,
+	// and an error wrapping ErrMessageTooBig (also passed to
 	// Callback.Failure) for a message over 32 KiB of JSON. A message that
 	// Enqueue rejected is never sent; one it accepted gets exactly one
 	// Callback call. The client does not keep msg or its maps.
 	Enqueue(Message) error
 }
 
-// New returns a client with the default configuration. With an empty write
-// key, which NewWithConfig rejects, the client it returns reports that
-// ConfigError from every Enqueue.
+// New returns a client with the default configuration. It never fails: the
+// default configuration is valid, and an empty write key is accepted as in
+// v3 (see NewWithConfig).
 func New(writeKey string) Client {
 	c, err := NewWithConfig(writeKey, Config{})
 	if err != nil {
@@ -52,8 +61,9 @@ func New(writeKey string) Client {
 }
 
 // NewWithConfig returns a started client configured by config. It returns
-// a ConfigError, and a nil client, when a field has an impossible value or
-// writeKey is empty.
+// a ConfigError, and a nil client, when a field has an impossible value.
+// An empty write key is accepted, as in v3, with a warning logged: the API
+// answers its requests 401, which Callback.Failure receives.
 //
 // Besides Enqueue and Close, the returned client has the method
 // Flush(context.Context) error, which waits until every message enqueued
@@ -67,19 +77,42 @@ func NewWithConfig(writeKey string, config Config) (Client, error) {
 		closeTimeout: config.CloseTimeout,
 		log:          zapLogger(config.Logger, config.Verbose),
 		pending:      make(map[string][]*pendingMessage),
+		uid:          config.uid,
+		now:          config.now,
 	}
 	if c.closeTimeout == 0 {
 		c.closeTimeout = DefaultCloseTimeout
 	}
-	if config.DefaultContext != nil {
-		c.defaults = config.DefaultContext.fields(16)
-		delete(c.defaults, "library") // the client reports itself
+	if c.uid == nil {
+		c.uid = native.NewMessageID
 	}
-	n, err := native.New(writeKey, config.options(c)...)
+	if c.now == nil {
+		c.now = time.Now
+	}
+	batchCtx := Context{}
+	if config.DefaultContext != nil {
+		batchCtx = *config.DefaultContext // a copy: v3 overwrote the caller's Library
+	}
+	batchCtx.Library = LibraryInfo{Name: native.LibraryName, Version: native.Version}
+	fields, err := json.Marshal(batchCtx)
+	if err != nil {
+		// v3 failed every batch with this error; so does this client, message by message.
+		c.contextErr = err
+		fields = nil
+	} else {
+		fields = append([]byte(`"context":`), fields...)
+	}
+	if strings.TrimSpace(writeKey) == "" {
+		c.log.Warn("analytics: the write key is empty: the API will refuse every request")
+	}
+	n, err := native.New(writeKey, config.options(c, fields)...)
 	if err != nil {
 		var ce *native.ConfigError
+		if errors.As(err, &ce) && ce.Field == "BodyFields" { // the body's context: DefaultContext
+			return nil, ConfigError{Reason: "encodes to more than 32 KiB of JSON", Field: "DefaultContext", Value: config.DefaultContext}
+		}
 		if errors.As(err, &ce) {
-			return nil, ConfigError{Reason: ce.Reason, Field: ce.Field, Value: ce.Value}
+			return nil, ConfigError{Reason: ce.Reason, Field: ce.Field, Value: configValue(config, ce)}
 		}
 		return nil, err
 	}
@@ -92,8 +125,10 @@ type client struct {
 	native       *native.Client
 	callback     Callback
 	closeTimeout time.Duration
-	defaults     map[string]interface{} // DefaultContext's fields, without library
 	log          *zap.Logger
+	uid          func() string    // Config.uid or a random UUID
+	now          func() time.Time // Config.now or time.Now
+	contextErr   error            // DefaultContext cannot be encoded: every message fails with it
 
 	enqueueCtx  context.Context // cancelled when Close starts: waiting Enqueue calls end
 	stopEnqueue context.CancelFunc
@@ -109,93 +144,121 @@ type pendingMessage struct{ msg Message }
 
 // Enqueue implements Client.
 func (c *client) Enqueue(msg Message) error {
+	msg, err := dereference(msg)
+	if err != nil {
+		return err
+	}
+	if err := msg.Validate(); err != nil { // first, as v3 did, whatever the type
+		return err
+	}
 	var keep Message
 	var send native.Message
 	switch m := msg.(type) {
 	case Track:
-		if err := m.Validate(); err != nil {
-			return err
-		}
 		m.Type = "track"
-		m.MessageId, m.Timestamp = stamp(m.MessageId, m.Timestamp)
+		m.MessageId, m.Timestamp = c.stamp(m.MessageId, m.Timestamp)
 		keep = m
 		send = native.Track{MessageID: m.MessageId, UserID: m.UserId, AnonymousID: m.AnonymousId,
 			Event: m.Event, Timestamp: m.Timestamp, Properties: nonEmpty(m.Properties),
-			Context: c.context(m.Context), Integrations: nonEmpty(m.Integrations)}
+			Context: contextOf(m.Context), Integrations: nonEmpty(m.Integrations)}
 	case Identify:
-		if err := m.Validate(); err != nil {
-			return err
-		}
 		m.Type = "identify"
-		m.MessageId, m.Timestamp = stamp(m.MessageId, m.Timestamp)
+		m.MessageId, m.Timestamp = c.stamp(m.MessageId, m.Timestamp)
 		keep = m
 		send = native.Identify{MessageID: m.MessageId, UserID: m.UserId, AnonymousID: m.AnonymousId,
 			Timestamp: m.Timestamp, Traits: nonEmpty(m.Traits),
-			Context: c.context(m.Context), Integrations: nonEmpty(m.Integrations)}
+			Context: contextOf(m.Context), Integrations: nonEmpty(m.Integrations)}
 	case Group:
-		if err := m.Validate(); err != nil {
-			return err
-		}
 		m.Type = "group"
-		m.MessageId, m.Timestamp = stamp(m.MessageId, m.Timestamp)
+		m.MessageId, m.Timestamp = c.stamp(m.MessageId, m.Timestamp)
 		keep = m
 		send = native.Group{MessageID: m.MessageId, UserID: m.UserId, AnonymousID: m.AnonymousId,
 			GroupID: m.GroupId, Timestamp: m.Timestamp, Traits: nonEmpty(m.Traits),
-			Context: c.context(m.Context), Integrations: nonEmpty(m.Integrations)}
+			Context: contextOf(m.Context), Integrations: nonEmpty(m.Integrations)}
 	case Page:
-		if err := m.Validate(); err != nil {
-			return err
-		}
 		m.Type = "page"
-		m.MessageId, m.Timestamp = stamp(m.MessageId, m.Timestamp)
+		m.MessageId, m.Timestamp = c.stamp(m.MessageId, m.Timestamp)
 		keep = m
 		send = native.Page{MessageID: m.MessageId, UserID: m.UserId, AnonymousID: m.AnonymousId,
 			Name: m.Name, Timestamp: m.Timestamp, Properties: nonEmpty(m.Properties),
-			Context: c.context(m.Context), Integrations: nonEmpty(m.Integrations)}
+			Context: contextOf(m.Context), Integrations: nonEmpty(m.Integrations)}
 	case Screen:
-		if err := m.Validate(); err != nil {
-			return err
-		}
 		m.Type = "screen"
-		m.MessageId, m.Timestamp = stamp(m.MessageId, m.Timestamp)
+		m.MessageId, m.Timestamp = c.stamp(m.MessageId, m.Timestamp)
 		keep = m
 		send = native.Screen{MessageID: m.MessageId, UserID: m.UserId, AnonymousID: m.AnonymousId,
 			Name: m.Name, Timestamp: m.Timestamp, Properties: nonEmpty(m.Properties),
-			Context: c.context(m.Context), Integrations: nonEmpty(m.Integrations)}
+			Context: contextOf(m.Context), Integrations: nonEmpty(m.Integrations)}
 	case Alias:
-		if err := m.Validate(); err != nil {
-			return err
-		}
 		m.Type = "alias"
-		m.MessageId, m.Timestamp = stamp(m.MessageId, m.Timestamp)
+		m.MessageId, m.Timestamp = c.stamp(m.MessageId, m.Timestamp)
 		keep = m
 		send = native.Alias{MessageID: m.MessageId, UserID: m.UserId, PreviousID: m.PreviousId,
-			Timestamp: m.Timestamp, Context: c.context(m.Context), Integrations: nonEmpty(m.Integrations)}
-	case *Track:
-		return c.enqueuePointer(m == nil, msg, func() Message { return *m })
-	case *Identify:
-		return c.enqueuePointer(m == nil, msg, func() Message { return *m })
-	case *Group:
-		return c.enqueuePointer(m == nil, msg, func() Message { return *m })
-	case *Page:
-		return c.enqueuePointer(m == nil, msg, func() Message { return *m })
-	case *Screen:
-		return c.enqueuePointer(m == nil, msg, func() Message { return *m })
-	case *Alias:
-		return c.enqueuePointer(m == nil, msg, func() Message { return *m })
-	default: // only a nil interface: the set of messages is closed
-		return errors.New("analytics: cannot enqueue a nil Message")
+			Timestamp: m.Timestamp, Context: contextOf(m.Context), Integrations: nonEmpty(m.Integrations)}
+	default:
+		return fmt.Errorf("messages with custom types cannot be enqueued: %T", msg)
+	}
+	if c.contextErr != nil {
+		if c.closing.Load() {
+			return ErrClosed
+		}
+		c.fail(keep, c.contextErr) // v3: Enqueue succeeds, the batch fails
+		return nil
 	}
 	return c.send(keep, send)
 }
 
-// enqueuePointer enqueues the message a pointer refers to, or reports a
-// nil pointer (v3 panicked on one).
-func (c *client) enqueuePointer(isNil bool, msg Message, deref func() Message) error {
-	if isNil {
-		return fmt.Errorf("analytics: cannot enqueue a nil %T", msg)
+// dereference returns the message a pointer to one of the six types
+// refers to, msg itself otherwise, and an error for a nil message (v3
+// panicked on one).
+func dereference(msg Message) (Message, error) {
+	var isNil bool
+	switch m := msg.(type) {
+	case nil:
+		return nil, errors.New("analytics: cannot enqueue a nil Message")
+	case *Track:
+		if isNil = m == nil; !isNil {
+			return *m, nil
+		}
+	case *Identify:
+		if isNil = m == nil; !isNil {
+			return *m, nil
+		}
+	case *Group:
+		if isNil = m == nil; !isNil {
+			return *m, nil
+		}
+	case *Page:
+		if isNil = m == nil; !isNil {
+			return *m, nil
+		}
+	case *Screen:
+		if isNil = m == nil; !isNil {
+			return *m, nil
+		}
+	case *Alias:
+		if isNil = m == nil; !isNil {
+			return *m, nil
+		}
 	}
-	return c.Enqueue(deref())
+	if isNil {
+		return nil, fmt.Errorf("analytics: cannot enqueue a nil %T", msg)
+	}
+	return msg, nil
+}
+
+// configValue is the value a ConfigError of the engine reports, taken from
+// config (the engine's own Value may be a description of it).
+func configValue(config Config, ce *native.ConfigError) interface{} {
+	switch ce.Field {
+	case "Endpoint":
+		return config.Endpoint
+	case "Interval", "FlushInterval":
+		return config.Interval
+	case "BatchSize", "FlushAt":
+		return config.BatchSize
+	}
+	return ce.Value
 }
 
 // send hands m to the engine, waiting while the queue is full; keep is the
@@ -292,7 +355,37 @@ func (c *client) fail(m Message, err error) {
 		return
 	}
 	defer c.recoverCallback("Failure")
-	c.callback.Failure(m, err)
+	c.callback.Failure(m, callbackError(err))
+}
+
+// callbackError is the error Callback.Failure receives for err: the error
+// v3 would have passed where there is one, so that type assertions written
+// for v3 keep matching. A transport failure is the *url.Error itself (the
+// engine's *TransportError and *DeliveryError wrap it); a message or
+// DefaultContext that cannot be encoded is encoding/json's error. Other
+// errors, and every message handed back at Close's deadline (matching
+// native.ErrShutdownInterrupted), are the engine's.
+func callbackError(err error) error {
+	if errors.Is(err, native.ErrShutdownInterrupted) {
+		return err
+	}
+	var (
+		ue  *url.Error
+		ute *json.UnsupportedTypeError
+		uve *json.UnsupportedValueError
+		me  *json.MarshalerError
+	)
+	switch {
+	case errors.As(err, &ue):
+		return ue
+	case errors.As(err, &me):
+		return me
+	case errors.As(err, &ute):
+		return ute
+	case errors.As(err, &uve):
+		return uve
+	}
+	return err
 }
 
 func (c *client) recoverCallback(method string) {
@@ -329,29 +422,24 @@ func (c *client) Flush(ctx context.Context) error {
 	return err
 }
 
-// context returns the context map of a message: DefaultContext's fields
-// under the message's own. nil when both are empty (the engine then sends
-// only context.library).
-func (c *client) context(ctx *Context) map[string]interface{} {
+// contextOf returns the context map of a message, nil without one (the
+// event then has no context, as in v3). DefaultContext is not merged: it
+// is the request body's context.
+func contextOf(ctx *Context) map[string]interface{} {
 	if ctx == nil {
-		return c.defaults // the engine does not keep or change it
+		return nil
 	}
-	m := ctx.fields(len(c.defaults) + len(ctx.Extra) + 4)
-	for k, v := range c.defaults {
-		if _, ok := m[k]; !ok {
-			m[k] = v
-		}
-	}
-	return m
+	return ctx.fields(len(ctx.Extra) + 4)
 }
 
-// stamp fills an empty id and timestamp as v3 did: a random UUID, and now.
-func stamp(id string, ts time.Time) (string, time.Time) {
+// stamp fills an empty id and timestamp as v3 did: from the id generator
+// (a random UUID) and the clock (now, here in UTC).
+func (c *client) stamp(id string, ts time.Time) (string, time.Time) {
 	if id == "" {
-		id = native.NewMessageID()
+		id = c.uid()
 	}
 	if ts.IsZero() {
-		ts = time.Now().UTC()
+		ts = c.now().UTC()
 	}
 	return id, ts
 }

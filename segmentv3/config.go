@@ -7,6 +7,7 @@ import (
 	"time"
 
 	native "github.com/relaykit/analytics-go"
+	"github.com/relaykit/analytics-go/internal/shared"
 )
 
 // Version is the version of the v3 API this package reproduces: the value
@@ -51,8 +52,11 @@ type Config struct {
 	// by 10 s, as in v3.
 	Transport http.RoundTripper
 
-	// Logger receives the client's log lines. The default (nil) is silent;
-	// v3 logged to standard error (see StdLogger to keep that).
+	// Logger receives the client's log lines. The default (nil) is silent,
+	// unless Verbose is set: then the lines go to standard error, as v3's
+	// default logger wrote them (StdLogger(log.New(os.Stderr, "segment ",
+	// log.LstdFlags))). The write key and message payloads are never
+	// logged.
 	Logger Logger
 
 	// Callback receives the outcome of every accepted message (default:
@@ -64,25 +68,41 @@ type Config struct {
 	// bytes. Negative values fail NewWithConfig.
 	BatchSize int
 
-	// Verbose sends debug lines to Logger.Logf too.
+	// Verbose sends debug lines to Logger.Logf too. Without a Logger it
+	// logs to standard error (see Logger).
 	Verbose bool
 
-	// DefaultContext is merged into the context of every message: a field
-	// the message's own Context sets wins. v3 sent it once per batch,
-	// at the top level of the request, and overwrote its Library; this
-	// client leaves the value untouched and reports itself in
-	// context.library.
+	// DefaultContext is sent once per request, as v3 did: it is the
+	// request body's top-level "context" object, with Library replaced by
+	// this client's name and version (in a copy: the value is not
+	// modified). Events carry only their own Context. A DefaultContext
+	// that cannot be encoded as JSON makes every message fail: Enqueue
+	// returns nil and Callback.Failure receives the *json.MarshalerError.
+	// One larger than 32 KiB of JSON fails NewWithConfig (it counts in
+	// every request's 500 000 bytes).
 	DefaultContext *Context
 
-	// RetryAfter is accepted for compatibility and not used: retries follow
-	// the engine's backoff (0.5 s doubling up to 60 s, ±10 % jitter, 10
-	// retries), honour the server's Retry-After, and do not retry responses
-	// that cannot succeed (most 4xx).
+	// RetryAfter, when set, is the wait before each counted retry: the
+	// k-th retry of a batch waits RetryAfter(k-1), as in v3. Negative
+	// values count as 0, values above 12 h as 12 h. The default (nil) is
+	// the engine's backoff (0.5 s doubling up to 60 s, ±10 % jitter).
+	// Either way a batch makes at most 10 counted retries (see
+	// NativeOptions to change that), a usable Retry-After from the server
+	// is waited instead and counts as no retry, and responses that cannot
+	// succeed (most 4xx) are not retried.
 	RetryAfter func(int) time.Duration
+
+	// DrainOnClose makes Close deliver the way the engine does: it retries
+	// failed batches with the normal policy until every message has its
+	// outcome or CloseTimeout ends. By default (false) Close behaves as
+	// v3's: it sends what is queued once, waits for no retry, and reports
+	// every message not delivered to Callback.Failure at once. Not in v3.
+	DrainOnClose bool
 
 	// CloseTimeout bounds Client.Close (default DefaultCloseTimeout): Close
 	// returns within CloseTimeout plus 0.5 s, reporting every message it
-	// could not deliver by then to Callback.Failure. Negative values fail
+	// could not deliver by then to Callback.Failure. Without DrainOnClose it
+	// only matters when a request hangs. Negative values fail
 	// NewWithConfig. Not in v3.
 	CloseTimeout time.Duration
 
@@ -93,6 +113,14 @@ type Config struct {
 	// WithOnSuccess or WithOnError here: they would replace the Callback
 	// plumbing. Not in v3.
 	NativeOptions []native.Option
+
+	// The seams v3's own tests set: the message id and clock that stamp
+	// messages (default: random UUIDs, time.Now), and the number of
+	// requests in flight at once (default: the engine's 8 upload
+	// goroutines).
+	uid                   func() string
+	now                   func() time.Time
+	maxConcurrentRequests int
 }
 
 // ConfigError is returned by NewWithConfig when a field of Config has an
@@ -131,16 +159,27 @@ var (
 	ErrMessageTooBig = errors.New("the message exceeds the maximum allowed size")
 )
 
-// v3MaxRetries is the counted-retry budget this package has always used
-// (ten retries after the first attempt); the engine's default is higher.
-// NativeOptions can override it.
+// v3MaxRetries is the number of counted retries of a batch, as in v3 (10
+// attempts in all there; 10 retries after the first attempt here), whatever
+// the engine's default. NativeOptions can change it.
 const v3MaxRetries = 10
 
 // options translates c into the engine's options; c has passed validate.
-func (c Config) options(cl *client) []native.Option {
+// batchFields are the request body's extra top-level members.
+func (c Config) options(cl *client, batchFields []byte) []native.Option {
+	compat := shared.Compat{
+		BodyFields:         batchFields,
+		NoLibrary:          true,
+		FastClose:          !c.DrainOnClose,
+		AllowEmptyWriteKey: true,
+	}
+	if c.RetryAfter != nil {
+		compat.RetryDelay = c.RetryAfter
+	}
 	opts := []native.Option{
-		native.WithLogger(zapLogger(c.Logger, c.Verbose)),
-		native.WithMaxRetries(v3MaxRetries), // v3's own default, not the engine's
+		native.WithLogger(cl.log),
+		shared.CompatOption(compat).(native.Option),
+		native.WithMaxRetries(v3MaxRetries),
 	}
 	if c.Endpoint != "" {
 		opts = append(opts, native.WithEndpoint(c.Endpoint))
@@ -156,6 +195,9 @@ func (c Config) options(cl *client) []native.Option {
 	}
 	if c.Callback != nil {
 		opts = append(opts, native.WithOnSuccess(cl.delivered), native.WithOnError(cl.failed))
+	}
+	if c.maxConcurrentRequests > 0 {
+		opts = append(opts, native.WithConsumers(min(c.maxConcurrentRequests, native.MaxConsumers)))
 	}
 	return append(opts, c.NativeOptions...)
 }

@@ -10,9 +10,10 @@ import (
 // set are sent: an info struct whose fields are all zero, an empty string,
 // IP or Traits is left out.
 //
-// Library is normally left empty: the client reports itself in
-// context.library (see the migration guide). A Library set here is sent
-// as given.
+// Library is normally left empty: the client reports itself once per
+// request, in the body's top-level context, as v3 did (see the migration
+// guide). A Library set in a message's Context is sent in that event as
+// given. Direct and GroupID are the fields v3.3.0 added.
 type Context struct {
 	App       AppInfo      `json:"app,omitempty"`
 	Campaign  CampaignInfo `json:"campaign,omitempty"`
@@ -25,7 +26,9 @@ type Context struct {
 	Referrer  ReferrerInfo `json:"referrer,omitempty"`
 	Screen    ScreenInfo   `json:"screen,omitempty"`
 	IP        net.IP       `json:"ip,omitempty"`
+	Direct    bool         `json:"direct,omitempty"` // v3.3.0
 	Locale    string       `json:"locale,omitempty"`
+	GroupID   string       `json:"groupId,omitempty"` // v3.3.0
 	Timezone  string       `json:"timezone,omitempty"`
 	UserAgent string       `json:"userAgent,omitempty"`
 	Traits    Traits       `json:"traits,omitempty"`
@@ -166,8 +169,14 @@ func (ctx Context) fields(size int) map[string]interface{} {
 	if len(ctx.IP) != 0 {
 		m["ip"] = ctx.IP
 	}
+	if ctx.Direct {
+		m["direct"] = true
+	}
 	if ctx.Locale != "" {
 		m["locale"] = ctx.Locale
+	}
+	if ctx.GroupID != "" {
+		m["groupId"] = ctx.GroupID
 	}
 	if ctx.Timezone != "" {
 		m["timezone"] = ctx.Timezone

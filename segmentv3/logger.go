@@ -2,7 +2,9 @@ package analytics
 
 import (
 	"fmt"
+	"io"
 	"log"
+	"os"
 	"sort"
 	"strings"
 
@@ -34,6 +36,9 @@ func StdLogger(logger *log.Logger) Logger {
 	return stdLogger{l: logger}
 }
 
+// stderr is where Verbose without a Logger writes; a variable for tests.
+var stderr io.Writer = os.Stderr
+
 type stdLogger struct{ l *log.Logger }
 
 func (s stdLogger) Logf(format string, args ...interface{}) {
@@ -46,10 +51,14 @@ func (s stdLogger) Errorf(format string, args ...interface{}) {
 
 // zapLogger adapts l for the engine's WithLogger: error and higher levels
 // go to Errorf, info and warn to Logf, debug to Logf only when verbose.
-// A nil l gives a silent logger.
+// A nil l gives a silent logger, or with verbose v3's default logger on
+// standard error.
 func zapLogger(l Logger, verbose bool) *zap.Logger {
-	if l == nil {
+	if l == nil && !verbose {
 		return zap.NewNop()
+	}
+	if l == nil {
+		l = StdLogger(log.New(stderr, "segment ", log.LstdFlags))
 	}
 	min := zapcore.InfoLevel
 	if verbose {

@@ -24,6 +24,7 @@ type request struct {
 	path   string
 	header http.Header
 	body   map[string]interface{}
+	raw    []byte
 	events []map[string]interface{}
 }
 
@@ -53,7 +54,7 @@ func (f *fakeAPI) RoundTrip(r *http.Request) (*http.Response, error) {
 	if err := json.Unmarshal(raw, &body); err != nil {
 		return nil, err
 	}
-	req := request{url: r.URL.String(), path: r.URL.Path, header: r.Header.Clone(), body: body}
+	req := request{url: r.URL.String(), path: r.URL.Path, header: r.Header.Clone(), body: body, raw: raw}
 	list, _ := body["batch"].([]interface{})
 	for _, e := range list {
 		req.events = append(req.events, e.(map[string]interface{}))

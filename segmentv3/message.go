@@ -29,16 +29,16 @@ type Callback interface {
 	Failure(Message, error)
 }
 
-// Message is one of Alias, Group, Identify, Page, Screen or Track, as a
-// value or a pointer. The set is closed: types of other packages cannot
-// implement it.
+// Message is what Client.Enqueue takes: one of Alias, Group, Identify,
+// Page, Screen or Track, as a value or a pointer. As in v3.3.0 the
+// interface has only Validate, so other types satisfy it too; Enqueue
+// calls their Validate and then refuses them ("messages with custom types
+// cannot be enqueued"), as v3 did. A type that embeds one of the six is
+// such a type: enqueue the embedded message itself.
 type Message interface {
 	// Validate returns nil when the required fields are set, or a
 	// FieldError naming the first missing one.
 	Validate() error
-
-	// v3message keeps the set of messages closed.
-	v3message()
 }
 
 // FieldError is returned by Validate (and so by Client.Enqueue) when a
@@ -95,8 +95,6 @@ type Alias struct {
 	Integrations Integrations `json:"integrations,omitempty"`
 }
 
-func (Alias) v3message() {}
-
 // Validate requires UserId, then PreviousId.
 func (msg Alias) Validate() error {
 	if msg.UserId == "" {
@@ -125,8 +123,6 @@ type Group struct {
 	Integrations Integrations `json:"integrations,omitempty"`
 }
 
-func (Group) v3message() {}
-
 // Validate requires GroupId, then UserId or AnonymousId.
 func (msg Group) Validate() error {
 	if msg.GroupId == "" {
@@ -152,8 +148,6 @@ type Identify struct {
 	Integrations Integrations `json:"integrations,omitempty"`
 }
 
-func (Identify) v3message() {}
-
 // Validate requires UserId or AnonymousId.
 func (msg Identify) Validate() error {
 	return identity("Identify", msg.UserId, msg.AnonymousId)
@@ -175,8 +169,6 @@ type Page struct {
 	Properties   Properties   `json:"properties,omitempty"`
 	Integrations Integrations `json:"integrations,omitempty"`
 }
-
-func (Page) v3message() {}
 
 // Validate requires UserId or AnonymousId.
 func (msg Page) Validate() error {
@@ -201,8 +193,6 @@ type Screen struct {
 	Integrations Integrations `json:"integrations,omitempty"`
 }
 
-func (Screen) v3message() {}
-
 // Validate requires UserId or AnonymousId.
 func (msg Screen) Validate() error {
 	return identity("Screen", msg.UserId, msg.AnonymousId)
@@ -225,8 +215,6 @@ type Track struct {
 	Properties   Properties   `json:"properties,omitempty"`
 	Integrations Integrations `json:"integrations,omitempty"`
 }
-
-func (Track) v3message() {}
 
 // Validate requires Event, then UserId or AnonymousId.
 func (msg Track) Validate() error {

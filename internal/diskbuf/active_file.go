@@ -26,6 +26,8 @@ func (a *fileActive) write(off int64, rec []byte) error {
 
 func (a *fileActive) sync() error { return a.f.Sync() }
 
+func (a *fileActive) preallocated() bool { return false }
+
 func (a *fileActive) seal(used int64) error {
 	var terr error
 	if a.failed {
@@ -36,3 +38,5 @@ func (a *fileActive) seal(used int64) error {
 	}
 	return terr
 }
+
+func (a *fileActive) abandon() { a.f.Close() }

@@ -62,6 +62,8 @@ func (a *mmapActive) write(off int64, rec []byte) error {
 // mapping's pages (they are the file's page cache).
 func (a *mmapActive) sync() error { return a.f.Sync() }
 
+func (a *mmapActive) preallocated() bool { return true }
+
 func (a *mmapActive) seal(used int64) error {
 	err := syscall.Munmap(a.mem)
 	a.mem = nil
@@ -72,4 +74,9 @@ func (a *mmapActive) seal(used int64) error {
 		err = cerr
 	}
 	return err
+}
+
+func (a *mmapActive) abandon() {
+	_ = syscall.Munmap(a.mem)
+	a.f.Close()
 }

@@ -1,24 +1,35 @@
 // Package diskbuf is the on-disk log behind the client's durable mode: a
-// directory of append-only segment files and a lock file.
+// directory of append-only segment files holding events, ack files holding
+// their outcomes, and a lock file.
 //
-// A segment is named by a 20-digit sequence number and the suffix ".seg".
-// It holds records, each an 8-byte header — the length of the body
-// (uint32, little endian) and the CRC-32C of the body — followed by the
-// body: one kind byte and the payload. Kind 1 is an event (its payload is
-// the event's JSON); kind 2 acknowledges events, listing (segment, offset)
-// pairs as unsigned varints. An event is named by its segment and the byte
-// offset of its record, which stays valid whatever records around it are
-// lost.
+// Every file starts with a 16-byte header: a 4-byte magic ("RKSG" for a
+// segment, "RKAK" for an ack file), the format version (uint32, little
+// endian, FormatVersion) and the file's sequence number (uint64). Records
+// follow, each an 8-byte header — the length of the body (uint32, little
+// endian) and the CRC-32C of the body — and the body: one kind byte and
+// the payload. A segment holds event records (kind 1, the event's JSON).
+// An ack file holds acknowledgements (kind 2: (segment, offset) pairs as
+// unsigned varints), deletion markers (kind 3: (first, count) ranges of
+// segment numbers deleted on purpose) and a floor (kind 4: the oldest
+// segment number still in use and the next to be created), written by
+// compaction. An event is named by its segment and the byte offset of its
+// record.
 //
-// Appends go to the active (newest) segment with one write(2) each, so an
-// appended record survives the process dying at any instant. A segment is
-// deleted, whole, once it is sealed (a newer one is active, or the log was
-// closed), every event in it is acknowledged, and every segment its
-// acknowledgements refer to is gone; nothing is rewritten in place. Open
-// reads every segment, reports the events without an acknowledgement, and
-// starts a new active segment; a record whose checksum does not match is
-// skipped and counted (as torn when nothing valid follows it in its
-// segment, as corrupt otherwise).
+// Appends go to the active (newest) segment. Acknowledgements go to the
+// active ack file and never to a segment, so reclaiming space never writes
+// to a segment and can never start one. A background goroutine deletes
+// every sealed segment whose events all have their outcome (after a
+// deletion marker for it is on stable storage) and compacts the ack files
+// once they outgrow what they still need to say: one pass over a fixed set
+// of files, whose output goes to a file of its own. Neither step can make
+// work for itself, so both terminate; neither runs in Append.
+//
+// Open reads every file, reports the events without an acknowledgement,
+// and starts a new active segment and ack file. A record whose checksum
+// does not match is skipped and counted (as torn when nothing valid
+// follows it in its file, as corrupt otherwise); a segment number that is
+// missing between present segments without a deletion marker, or a
+// segment without a valid header, is counted as missing.
 //
 // Log is safe for concurrent use.
 package diskbuf
@@ -36,24 +47,44 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 const (
-	headerSize = 8
-	kindEvent  = 1
-	kindAck    = 2
+	headerSize     = 8  // record header
+	fileHeaderSize = 16 // file header: magic, version, sequence number
+	kindEvent      = 1
+	kindAck        = 2
+	kindGone       = 3
+	kindFloor      = 4
+	// FormatVersion is the version in every file header this package
+	// writes. Open refuses a directory with a file of another version.
+	FormatVersion = 1
 	// MaxRecord is the largest record body Open accepts; a larger length
 	// in a header is treated as corruption.
 	MaxRecord = 1 << 20
 	segSuffix = ".seg"
+	ackSuffix = ".ack"
+	tmpSuffix = ".tmp"
 	// LockName is the lock file in the directory.
 	LockName = "lock"
+	segMagic = "RKSG"
+	ackMagic = "RKAK"
+	// retryRotate is how long a failed segment creation is not retried
+	// (its error is returned at once), so a full disk costs each enqueue
+	// call no system call.
+	retryRotate = 100 * time.Millisecond
+	// minCompact is the size of the ack files below which they are not
+	// compacted; above it, compaction runs whenever they doubled since the
+	// last one, so its work is proportional to the acknowledgements
+	// written.
+	minCompact = 64 << 10
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// ErrFull is returned by Append when the record would take the directory
-// past Options.MaxBytes.
+// ErrFull is returned by Append when a new segment would take the
+// directory past Options.MaxBytes.
 var ErrFull = errors.New("diskbuf: size limit reached")
 
 // ErrLocked is returned by Open when another Log (in this or another
@@ -63,12 +94,21 @@ var ErrLocked = errors.New("diskbuf: directory is locked by another client")
 // ErrClosed is returned by Append after Close.
 var ErrClosed = errors.New("diskbuf: log closed")
 
+// ErrDirGone is returned by Append once the directory was found removed
+// or replaced (checked at every segment rotation and Sync).
+var ErrDirGone = errors.New("diskbuf: directory was removed or replaced while in use")
+
+// ErrUnsafeDir is returned by Open for a directory that another user could
+// write to: writable by group or others, or owned by another user.
+var ErrUnsafeDir = errors.New("diskbuf: directory is not private to this user")
+
 // Options configure a Log.
 type Options struct {
 	SegmentBytes int64 // a segment is sealed once it would grow past this
-	MaxBytes     int64 // the segments together never exceed this
-	// Logf reports skipped records; nil is silent.
-	Logf func(format string, args ...any)
+	MaxBytes     int64 // the files together never exceed this (acks may, briefly)
+	// Logf reports skipped records, files and missing segments; nil is
+	// silent. Errorf reports lost data (missing segments); nil uses Logf.
+	Logf, Errorf func(format string, args ...any)
 	// NoMmap writes with write(2) on Linux too (see active).
 	NoMmap bool
 }
@@ -78,10 +118,9 @@ type Options struct {
 type Segment struct {
 	seq    uint64
 	path   string
-	size   int64
+	size   int64        // bytes used, header included; guarded by Log.mu
 	live   atomic.Int64 // event records without an acknowledgement
 	sealed bool         // guarded by Log.mu
-	refs   []uint64     // older segments its ack records refer to; guarded by Log.mu
 }
 
 // Replayed is an event found by Open without an acknowledgement.
@@ -93,32 +132,61 @@ type Replayed struct {
 
 // Stats counts what Open skipped.
 type Stats struct {
-	Torn    int // invalid bytes at the end of a segment (a write cut short)
-	Corrupt int // invalid regions followed by valid records
+	Torn    int // invalid bytes at the end of a file (a write cut short)
+	Corrupt int // invalid regions followed by valid records, segments with a wrong number in their header
+	Missing int // segments lost: absent between present ones without a deletion marker, or without a valid header
+	Skipped int // directory entries named like log files that are not regular files
 }
 
 // Log is an open directory.
 type Log struct {
-	dir  string
-	opts Options
+	dir     string
+	dirInfo os.FileInfo
+	opts    Options
+	lock    io.Closer
 
-	mu     sync.Mutex
-	lock   io.Closer
-	segs   []*Segment // oldest first; the last is active unless closed
-	act    active     // nil after a failed write until the next rotate, and after Close
-	buf    []byte
-	closed bool
-	dirty  atomic.Bool
+	mu       sync.Mutex // appends, rotation, segs
+	segs     []*Segment // oldest first; the last is active if act != nil
+	act      active     // nil after a failed write, a failed rotation and Close
+	actBytes int64      // disk space the active segment takes (preallocated: SegmentBytes)
+	nextSeq  uint64
+	buf      []byte
+	closed   bool
+	broken   error // the directory is gone: every append fails
+	rotErr   error // the last rotation's failure, returned until rotErrAt+retryRotate
+	rotErrAt time.Time
+	unsynced []string // segments sealed since the last Sync
+	newFiles bool     // a file was created since the last Sync
+	written  int64
+	dirty    atomic.Bool
+	stats    Stats
 
-	written    int64    // bytes of records written by this Log
-	unsynced   []string // segments sealed since the last Sync
-	reclaiming bool     // reclaimLocked is running
-	newFiles   bool     // a segment was created since the last Sync
-	stats      Stats
+	ackMu      sync.Mutex // the ack file
+	ackF       *os.File   // nil after Close or when it could not be created
+	ackSeq     uint64
+	ackSize    int64 // bytes of ackF
+	ackFiles   []uint64
+	ackDirty   atomic.Bool
+	ackBuf     []byte
+	ackWritten atomic.Int64 // bytes of ack records written by this Log
+	ackBytes   atomic.Int64 // bytes of every ack file
+	compactAt  atomic.Int64 // compaction starts once ackBytes exceeds this
+	unmarked   []gap        // segments to mark as deleted (missing at Open, or deleted without a marker); reclaimer only
+
+	wake  chan struct{}
+	flush chan chan struct{} // Reclaim's requests
+	quit  chan struct{}
+	done  chan struct{}
 }
 
-// Open locks dir (creating it if needed), reads its segments and returns
-// the log with the events that have no acknowledgement, oldest first.
+type gap struct{ first, count uint64 }
+
+// Open locks dir (creating it if needed), reads its files and returns the
+// log with the events that have no acknowledgement, oldest first. A
+// directory writable by group or others, or owned by another user, is
+// refused (ErrUnsafeDir). When no segment can be created (a full disk, or
+// the limit reached by what the directory holds) Open still succeeds: the
+// events are replayed, and Append fails until there is room.
 func Open(dir string, opts Options) (*Log, []Replayed, error) {
 	if opts.SegmentBytes <= 0 {
 		opts.SegmentBytes = 4 << 20
@@ -129,20 +197,35 @@ func Open(dir string, opts Options) (*Log, []Replayed, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, nil, err
 	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := checkPrivate(dir, fi); err != nil {
+		return nil, nil, err
+	}
 	lock, err := lockDir(filepath.Join(dir, LockName))
 	if err != nil {
 		return nil, nil, err
 	}
-	l := &Log{dir: dir, opts: opts, lock: lock, buf: make([]byte, 0, 4096)}
-	replayed, err := l.load()
-	if err == nil {
-		err = l.rotate(false)
+	l := &Log{
+		dir: dir, dirInfo: fi, opts: opts, lock: lock, buf: make([]byte, 0, 4096),
+		wake: make(chan struct{}, 1), flush: make(chan chan struct{}), quit: make(chan struct{}), done: make(chan struct{}),
 	}
+	replayed, err := l.load()
 	if err != nil {
-		_ = l.sealActiveLocked()
 		lock.Close()
 		return nil, nil, err
 	}
+	l.compactAt.Store(max(minCompact, 2*l.ackBytes.Load()))
+	if err := l.newAckFile(); err != nil {
+		l.logf("diskbuf: no new ack file at open (tried again in the background): %v", err)
+	}
+	if err := l.rotate(true); err != nil {
+		l.logf("diskbuf: no new segment at open (appends fail until there is room): %v", err)
+	}
+	go l.reclaimer()
+	l.poke()
 	return l, replayed, nil
 }
 
@@ -152,12 +235,76 @@ func (l *Log) logf(format string, args ...any) {
 	}
 }
 
+func (l *Log) errorf(format string, args ...any) {
+	if l.opts.Errorf != nil {
+		l.opts.Errorf(format, args...)
+		return
+	}
+	l.logf(format, args...)
+}
+
 // Stats returns what Open skipped.
 func (l *Log) Stats() Stats { return l.stats }
 
-type eventRef struct {
-	seg *Segment
-	off uint32
+func (l *Log) segPath(seq uint64) string {
+	return filepath.Join(l.dir, fmt.Sprintf("%020d%s", seq, segSuffix))
+}
+
+func (l *Log) ackPath(seq uint64) string {
+	return filepath.Join(l.dir, fmt.Sprintf("%020d%s", seq, ackSuffix))
+}
+
+func fileHeader(magic string, seq uint64) []byte {
+	h := make([]byte, fileHeaderSize)
+	copy(h, magic)
+	binary.LittleEndian.PutUint32(h[4:], FormatVersion)
+	binary.LittleEndian.PutUint64(h[8:], seq)
+	return h
+}
+
+// parseName returns the sequence number and suffix of a log file name.
+func parseName(name string) (uint64, string, bool) {
+	for _, suf := range []string{segSuffix, ackSuffix} {
+		if digits, ok := strings.CutSuffix(name, suf); ok && len(digits) == 20 {
+			seq, err := strconv.ParseUint(digits, 10, 64)
+			return seq, suf, err == nil && seq > 0
+		}
+	}
+	return 0, "", false
+}
+
+// readRegular reads path if it is a regular file (not following a
+// symbolic link, not blocking on a FIFO).
+func readRegular(path string) ([]byte, error) {
+	f, err := openRegular(path, os.O_RDONLY)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	data := make([]byte, fi.Size())
+	_, err = io.ReadFull(f, data)
+	return data, err
+}
+
+var (
+	errNotRegular = errors.New("not a regular file")
+	errNoAckFile  = errors.New("diskbuf: no ack file (it could not be created)")
+)
+
+// checkHeader reports whether data starts with a header of magic and seq;
+// a header of another version is an error.
+func checkHeader(data []byte, magic string, seq uint64) (ok bool, err error) {
+	if len(data) < fileHeaderSize || string(data[:4]) != magic {
+		return false, nil
+	}
+	if v := binary.LittleEndian.Uint32(data[4:]); v != FormatVersion {
+		return false, fmt.Errorf("diskbuf: file format version %d, this version reads %d", v, FormatVersion)
+	}
+	return binary.LittleEndian.Uint64(data[8:]) == seq, nil
 }
 
 func (l *Log) load() ([]Replayed, error) {
@@ -165,83 +312,278 @@ func (l *Log) load() ([]Replayed, error) {
 	if err != nil {
 		return nil, err
 	}
-	var seqs []uint64
+	var segSeqs, ackSeqs []uint64
+	taken := map[uint64]bool{} // segment numbers used by entries that are not regular files
+	var maxSeq uint64
 	for _, e := range entries {
 		name := e.Name()
-		if e.IsDir() || !strings.HasSuffix(name, segSuffix) {
+		if strings.HasSuffix(name, tmpSuffix) && e.Type().IsRegular() {
+			_ = os.Remove(filepath.Join(l.dir, name)) // a compaction cut short
 			continue
 		}
-		seq, err := strconv.ParseUint(strings.TrimSuffix(name, segSuffix), 10, 64)
-		if err != nil {
+		seq, suf, ok := parseName(name)
+		if !ok {
 			continue
 		}
-		seqs = append(seqs, seq)
+		if !e.Type().IsRegular() {
+			l.stats.Skipped++
+			l.logf("diskbuf: skipped %s: not a regular file (%v)", name, e.Type())
+			if suf == segSuffix {
+				taken[seq] = true
+				maxSeq = max(maxSeq, seq)
+			}
+			continue
+		}
+		if suf == segSuffix {
+			segSeqs = append(segSeqs, seq)
+			maxSeq = max(maxSeq, seq)
+		} else {
+			ackSeqs = append(ackSeqs, seq)
+		}
 	}
-	slices.Sort(seqs)
-	bySeq := make(map[uint64]*Segment, len(seqs))
-	var events []Replayed
-	acked := make(map[eventRef]bool)
-	for _, seq := range seqs {
-		s := &Segment{seq: seq, path: l.segPath(seq), sealed: true}
-		data, err := os.ReadFile(s.path)
+	slices.Sort(segSeqs)
+	slices.Sort(ackSeqs)
+
+	// The ack files: acknowledged offsets per segment, deletion markers.
+	acked := map[uint64][]uint32{}
+	var gone []gap
+	var floor uint64 = 1
+	for _, seq := range ackSeqs {
+		path := l.ackPath(seq)
+		data, err := readRegular(path)
+		if errors.Is(err, errNotRegular) {
+			l.stats.Skipped++
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
-		s.size = int64(len(data))
-		bySeq[seq] = s
-		l.segs = append(l.segs, s)
-		scanRecords(data, l.skipped(s), func(off int, kind byte, payload []byte) {
+		l.ackFiles = append(l.ackFiles, seq)
+		l.ackSeq = max(l.ackSeq, seq)
+		l.ackBytes.Add(int64(len(data)))
+		ok, err := checkHeader(data, ackMagic, seq)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if !ok {
+			if len(data) > 0 {
+				l.stats.Corrupt++
+				l.logf("diskbuf: skipped %s: no valid header", filepath.Base(path))
+			}
+			continue
+		}
+		scanRecords(data, fileHeaderSize, ackKinds, l.skipped(path), func(_ int, kind byte, p []byte) {
 			switch kind {
-			case kindEvent:
-				events = append(events, Replayed{Seg: s, Off: uint32(off), Data: payload})
 			case kindAck:
-				forEachAck(payload, func(sq, o uint64) {
-					if t := bySeq[sq]; t != nil {
-						acked[eventRef{t, uint32(o)}] = true
-						if t != s && !slices.Contains(s.refs, sq) {
-							s.refs = append(s.refs, sq)
-						}
+				forEachPair(p, func(sq, off uint64) {
+					if off < 1<<32 {
+						acked[sq] = append(acked[sq], uint32(off))
+					}
+					maxSeq = max(maxSeq, sq)
+				})
+			case kindGone:
+				forEachPair(p, func(first, n uint64) {
+					if n > 0 && first+n > first {
+						gone = append(gone, gap{first, n})
+						maxSeq = max(maxSeq, first+n-1)
+					}
+				})
+			case kindFloor:
+				forEachPair(p, func(fl, next uint64) {
+					floor = max(floor, fl)
+					if next > 0 {
+						maxSeq = max(maxSeq, next-1)
 					}
 				})
 			}
 		})
 	}
-	out := events[:0]
-	for _, ev := range events {
-		if !acked[eventRef{ev.Seg, ev.Off}] {
-			ev.Seg.live.Add(1)
-			out = append(out, ev)
+	l.nextSeq = maxSeq + 1
+	gone = mergeGaps(gone)
+
+	// The segments.
+	var events []Replayed
+	for i, seq := range segSeqs {
+		s := &Segment{seq: seq, path: l.segPath(seq), sealed: true}
+		data, err := readRegular(s.path)
+		if errors.Is(err, errNotRegular) { // replaced since ReadDir
+			l.stats.Skipped++
+			taken[seq] = true
+			continue
 		}
+		if err != nil {
+			return nil, err
+		}
+		ok, err := checkHeader(data, segMagic, seq)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", s.path, err)
+		}
+		end := len(data)
+		for end > 0 && data[end-1] == 0 {
+			end--
+		}
+		if !ok {
+			// Deleted (with a marker) like an empty segment. The newest
+			// may be one a crash cut short before its header was stored.
+			switch {
+			case end == 0 && i == len(segSeqs)-1:
+			case len(data) >= fileHeaderSize && string(data[:4]) == segMagic:
+				l.stats.Corrupt++
+				l.logf("diskbuf: skipped %s: its header names another segment", filepath.Base(s.path))
+			default:
+				l.stats.Missing++
+				l.errorf("diskbuf: segment %s has no valid header (emptied or overwritten): its events are lost", filepath.Base(s.path))
+			}
+			s.size = int64(len(data))
+			l.segs = append(l.segs, s)
+			continue
+		}
+		if end < fileHeaderSize {
+			end = fileHeaderSize
+		}
+		if end < len(data) {
+			// The unused preallocated tail of a segment a crash left
+			// behind: given back, so it does not count against the limit.
+			if f, err := openRegular(s.path, os.O_WRONLY); err == nil {
+				if f.Truncate(int64(end)) == nil {
+					data = data[:end]
+				}
+				f.Close()
+			}
+		}
+		s.size = int64(len(data))
+		offs := acked[seq]
+		slices.Sort(offs)
+		j := 0
+		scanRecords(data, fileHeaderSize, segKinds, l.skipped(s.path), func(off int, _ byte, payload []byte) {
+			for j < len(offs) && offs[j] < uint32(off) {
+				j++
+			}
+			if j < len(offs) && offs[j] == uint32(off) {
+				return
+			}
+			s.live.Add(1)
+			events = append(events, Replayed{Seg: s, Off: uint32(off), Data: payload})
+		})
+		l.segs = append(l.segs, s)
 	}
-	l.reclaimLocked()
-	return out, nil
+
+	// Missing segments: numbers between the floor and the newest segment
+	// with neither a file nor a deletion marker.
+	present := slices.Clone(segSeqs)
+	for seq := range taken {
+		present = append(present, seq)
+	}
+	slices.Sort(present)
+	present = slices.Compact(present)
+	prev := floor - 1
+	for _, seq := range present {
+		if seq <= prev {
+			continue
+		}
+		if seq > prev+1 {
+			for _, g := range uncovered(gone, prev+1, seq-prev-1) {
+				l.stats.Missing += int(min(g.count, 1<<30))
+				l.errorf("diskbuf: %d segment(s) from number %d missing from the directory: their events are lost", g.count, g.first)
+				l.unmarked = append(l.unmarked, g)
+			}
+		}
+		prev = seq
+	}
+	return events, nil
 }
 
-// skipped returns the reporter of invalid regions in s for scanRecords.
-func (l *Log) skipped(s *Segment) func(off, n int, torn bool) {
+// mergeGaps sorts gs and merges overlapping or adjacent ranges.
+func mergeGaps(gs []gap) []gap {
+	slices.SortFunc(gs, func(a, b gap) int {
+		switch {
+		case a.first < b.first:
+			return -1
+		case a.first > b.first:
+			return 1
+		}
+		return 0
+	})
+	out := gs[:0]
+	for _, g := range gs {
+		if n := len(out); n > 0 && g.first <= out[n-1].first+out[n-1].count {
+			out[n-1].count = max(out[n-1].count, g.first+g.count-out[n-1].first)
+			continue
+		}
+		out = append(out, g)
+	}
+	return out
+}
+
+// uncovered returns the parts of [first, first+count) that no range of
+// gs (merged) covers.
+func uncovered(gs []gap, first, count uint64) []gap {
+	var out []gap
+	end := first + count
+	at := first
+	for _, g := range gs {
+		gEnd := g.first + g.count
+		if gEnd <= at || g.first >= end {
+			continue
+		}
+		if g.first > at {
+			out = append(out, gap{at, g.first - at})
+		}
+		at = max(at, gEnd)
+	}
+	if at < end {
+		out = append(out, gap{at, end - at})
+	}
+	return out
+}
+
+// skipped returns the reporter of invalid regions in path for scanRecords.
+func (l *Log) skipped(path string) func(off, n int, torn bool) {
 	return func(off, n int, torn bool) {
 		if torn {
 			l.stats.Torn++
-			l.logf("diskbuf: skipped a torn record (%d bytes) at the end of %s", n, filepath.Base(s.path))
+			l.logf("diskbuf: skipped a torn record (%d bytes) at the end of %s", n, filepath.Base(path))
 		} else {
 			l.stats.Corrupt++
-			l.logf("diskbuf: skipped %d corrupt bytes at offset %d of %s", n, off, filepath.Base(s.path))
+			l.logf("diskbuf: skipped %d corrupt bytes at offset %d of %s", n, off, filepath.Base(path))
 		}
 	}
 }
 
-// scanRecords calls f for every valid record of data and bad (if not nil)
-// for every invalid region: torn when no valid record follows it. Zero
-// bytes at the end are the unused part of a preallocated segment.
-func scanRecords(data []byte, bad func(off, n int, torn bool), f func(off int, kind byte, payload []byte)) {
+var (
+	segKinds = []byte{kindEvent}
+	ackKinds = []byte{kindAck, kindGone, kindFloor}
+)
+
+// scanRecords calls f for every valid record of data from start, and bad
+// (if not nil) for every invalid region: torn when no valid record follows
+// it. Zero bytes at the end are the unused part of a preallocated segment.
+//
+// Resynchronising after an invalid byte tries a record at every offset,
+// and a crafted file could make each try checksum up to MaxRecord bytes.
+// The bytes checksummed are therefore bounded, to four times the file's
+// size plus one largest record: past that, the rest of the file is one
+// invalid region. So a scan costs O(len(data)) whatever the data.
+func scanRecords(data []byte, start int, kinds []byte, bad func(off, n int, torn bool), f func(off int, kind byte, payload []byte)) {
 	end := len(data)
-	for end > 0 && data[end-1] == 0 {
+	for end > start && data[end-1] == 0 {
 		end--
 	}
-	off := 0
+	budget := 4*len(data) + MaxRecord
+	off := start
 	from := -1 // start of the invalid region being skipped
 	for off < end {
-		if n, ok := valid(data[off:]); ok {
+		n, ok := valid(data[off:end], kinds, &budget)
+		if budget < 0 {
+			if from < 0 {
+				from = off
+			}
+			if bad != nil {
+				bad(from, end-from, false)
+			}
+			return
+		}
+		if ok {
 			if from >= 0 && bad != nil {
 				bad(from, off-from, false)
 			}
@@ -261,9 +603,10 @@ func scanRecords(data []byte, bad func(off, n int, torn bool), f func(off int, k
 	}
 }
 
-// valid reports whether p starts with a whole record whose checksum
-// matches, and its size.
-func valid(p []byte) (int, bool) {
+// valid reports whether p starts with a whole record of one of kinds
+// whose checksum matches, and its size; the bytes checksummed are taken
+// from budget.
+func valid(p []byte, kinds []byte, budget *int) (int, bool) {
 	if len(p) < headerSize+1 {
 		return 0, false
 	}
@@ -272,7 +615,10 @@ func valid(p []byte) (int, bool) {
 		return 0, false
 	}
 	body := p[headerSize : headerSize+int(n)]
-	if body[0] != kindEvent && body[0] != kindAck { // cheap test first: resyncing tries every offset
+	if !slices.Contains(kinds, body[0]) { // cheap test first: resyncing tries every offset
+		return 0, false
+	}
+	if *budget -= int(n); *budget < 0 {
 		return 0, false
 	}
 	if crc32.Checksum(body, castagnoli) != binary.LittleEndian.Uint32(p[4:]) {
@@ -281,8 +627,11 @@ func valid(p []byte) (int, bool) {
 	return headerSize + int(n), true
 }
 
-func (l *Log) segPath(seq uint64) string {
-	return filepath.Join(l.dir, fmt.Sprintf("%020d%s", seq, segSuffix))
+// sealRecord fills the header of the record in b (header space first, then
+// the body).
+func sealRecord(b []byte) {
+	binary.LittleEndian.PutUint32(b, uint32(len(b)-headerSize))
+	binary.LittleEndian.PutUint32(b[4:], crc32.Checksum(b[headerSize:], castagnoli))
 }
 
 // active is the writing end of the active segment: a shared memory
@@ -296,34 +645,83 @@ type active interface {
 	sync() error
 	// seal makes the file used bytes long and closes it.
 	seal(used int64) error
+	// preallocated reports whether the file takes its full size on disk.
+	preallocated() bool
+	// abandon closes the file as it is, neither cut nor synced (what a
+	// crash leaves; tests use it).
+	abandon()
+}
+
+// checkDirLocked returns ErrDirGone (and remembers it) when the directory
+// was removed or replaced; l.mu is held.
+func (l *Log) checkDirLocked() error {
+	if l.broken != nil {
+		return l.broken
+	}
+	fi, err := os.Stat(l.dir)
+	if err == nil && os.SameFile(fi, l.dirInfo) {
+		return nil
+	}
+	l.markGoneLocked()
+	return l.broken
+}
+
+func (l *Log) markGoneLocked() {
+	l.broken = ErrDirGone
+	l.errorf("diskbuf: directory %s was removed or replaced: appends fail from now on", l.dir)
+	_ = l.sealActiveLocked()
 }
 
 // rotate seals the active segment and starts a new one; l.mu is held (or
 // the log is not shared yet). With limit, the new segment must fit under
-// MaxBytes.
+// MaxBytes (what every file takes, the ack files included).
 func (l *Log) rotate(limit bool) error {
-	var seq uint64 = 1
-	if len(l.segs) > 0 {
-		seq = l.segs[len(l.segs)-1].seq + 1
-	}
-	if limit && l.usedBytes()+l.opts.SegmentBytes > l.opts.MaxBytes {
-		return ErrFull
-	}
-	_ = l.sealActiveLocked() // sealed either way: its records were written, or failed, before
-	s := &Segment{seq: seq, path: l.segPath(seq)}
-	a, err := openActive(s.path, l.opts.SegmentBytes, l.opts.NoMmap)
-	if err != nil {
+	if err := l.checkDirLocked(); err != nil {
 		return err
 	}
-	l.act = a
-	l.segs = append(l.segs, s)
-	l.newFiles = true
-	// No reclaim here: rotate runs in an enqueue call, and reclaiming may
-	// read a segment (carryAcks). The next Ack reclaims the sealed one.
-	return nil
+	if l.rotErr != nil && time.Since(l.rotErrAt) < retryRotate {
+		return l.rotErr
+	}
+	_ = l.sealActiveLocked() // sealed either way: its records were written, or failed, before
+	if limit && l.usedLocked()+l.opts.SegmentBytes > l.opts.MaxBytes {
+		return ErrFull
+	}
+	var err error
+	for try := 0; try < 8; try++ {
+		seq := l.nextSeq
+		s := &Segment{seq: seq, path: l.segPath(seq), size: fileHeaderSize}
+		var a active
+		a, err = openActive(s.path, l.opts.SegmentBytes, l.opts.NoMmap)
+		if errors.Is(err, os.ErrExist) {
+			l.nextSeq++ // something else has that name: never ours
+			continue
+		}
+		if err == nil {
+			if err = a.write(0, fileHeader(segMagic, seq)); err != nil {
+				_ = a.seal(0)
+				_ = os.Remove(s.path)
+			}
+		}
+		if err != nil {
+			break
+		}
+		l.nextSeq++
+		l.rotErr = nil
+		l.act = a
+		l.actBytes = fileHeaderSize
+		if a.preallocated() {
+			l.actBytes = l.opts.SegmentBytes
+		}
+		l.segs = append(l.segs, s)
+		l.newFiles = true
+		return nil
+	}
+	l.rotErr, l.rotErrAt = err, time.Now()
+	return err
 }
 
-// sealActiveLocked seals the active segment, if any.
+// sealActiveLocked seals the active segment, if any, and wakes the
+// reclaimer (it may hold nothing live already).
 func (l *Log) sealActiveLocked() error {
 	if l.act == nil {
 		return nil
@@ -332,36 +730,67 @@ func (l *Log) sealActiveLocked() error {
 	s.sealed = true
 	err := l.act.seal(s.size)
 	l.act = nil
+	l.actBytes = 0
 	l.unsynced = append(l.unsynced, s.path)
+	l.poke()
 	return err
 }
 
-// usedBytes is what the segments hold (a sealed segment takes that much
-// on disk; the active one may take up to SegmentBytes).
-func (l *Log) usedBytes() int64 {
-	var n int64
+// usedLocked is what the files take on disk: the segments (the active one
+// preallocated in full on Linux) and the ack files.
+func (l *Log) usedLocked() int64 {
+	n := l.ackBytes.Load()
 	for _, s := range l.segs {
 		n += s.size
+	}
+	if l.act != nil {
+		n += l.actBytes - l.segs[len(l.segs)-1].size
 	}
 	return n
 }
 
-// writeLocked appends the record in b (header space first, then the body)
-// to the active segment, starting a new one when it does not fit (within
-// MaxBytes if limit), and returns the segment and offset.
-func (l *Log) writeLocked(b []byte, limit bool) (*Segment, uint32, error) {
-	binary.LittleEndian.PutUint32(b, uint32(len(b)-headerSize))
-	binary.LittleEndian.PutUint32(b[4:], crc32.Checksum(b[headerSize:], castagnoli))
-	if int64(len(b)) > l.opts.SegmentBytes {
+// Append writes one event record and returns its handle. It fails with
+// ErrFull when a new segment would take the directory past MaxBytes,
+// ErrClosed after Close, ErrDirGone once the directory is gone, or the
+// error of the file system; after a failed write the next call starts a
+// new segment, so a partial record is never followed by a good one in the
+// same file. It holds the log's mutex for the copy into the segment (and,
+// once per segment, for sealing one and creating the next); no other I/O
+// happens in Append.
+func (l *Log) Append(payload []byte) (*Segment, uint32, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil, 0, ErrClosed
+	}
+	if l.broken != nil {
+		return nil, 0, l.broken
+	}
+	b := append(l.buf[:0], 0, 0, 0, 0, 0, 0, 0, 0, kindEvent)
+	b = append(b, payload...)
+	s, off, err := l.writeLocked(b)
+	l.buf = b[:0]
+	if cap(l.buf) > 64<<10 {
+		l.buf = make([]byte, 0, 4096)
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	s.live.Add(1)
+	return s, off, nil
+}
+
+func (l *Log) writeLocked(b []byte) (*Segment, uint32, error) {
+	sealRecord(b)
+	if int64(len(b)) > l.opts.SegmentBytes-fileHeaderSize {
 		return nil, 0, fmt.Errorf("diskbuf: a %d-byte record does not fit in a segment", len(b))
 	}
-	s := l.segs[len(l.segs)-1]
-	if l.act == nil || s.size+int64(len(b)) > l.opts.SegmentBytes {
-		if err := l.rotate(limit); err != nil {
+	if l.act == nil || l.segs[len(l.segs)-1].size+int64(len(b)) > l.opts.SegmentBytes {
+		if err := l.rotate(true); err != nil {
 			return nil, 0, err
 		}
-		s = l.segs[len(l.segs)-1]
 	}
+	s := l.segs[len(l.segs)-1]
 	off := s.size
 	if err := l.act.write(off, b); err != nil {
 		// Nothing after a failed write goes to this segment.
@@ -376,209 +805,392 @@ func (l *Log) writeLocked(b []byte, limit bool) (*Segment, uint32, error) {
 	return s, uint32(off), nil
 }
 
-// Append writes one event record and returns its handle. It fails with
-// ErrFull when a new segment would take the directory past MaxBytes,
-// ErrClosed after Close, or the error of the file system; after a failed
-// write the next call starts a new segment, so a partial record is never
-// followed by a good one in the same file.
-func (l *Log) Append(payload []byte) (*Segment, uint32, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return nil, 0, ErrClosed
-	}
-	b := append(l.buf[:0], 0, 0, 0, 0, 0, 0, 0, 0, kindEvent)
-	b = append(b, payload...)
-	s, off, err := l.writeLocked(b, true)
-	l.keepBuf(b)
+// newAckFile starts the next ack file; it is the one Ack appends to.
+func (l *Log) newAckFile() error {
+	seq := l.ackSeq + 1
+	path := l.ackPath(seq)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
-		return nil, 0, err
+		return err
 	}
-	s.live.Add(1)
-	return s, off, nil
+	if _, err := f.Write(fileHeader(ackMagic, seq)); err != nil {
+		f.Close()
+		os.Remove(path)
+		return err
+	}
+	l.ackMu.Lock()
+	old := l.ackF
+	l.ackF, l.ackSeq, l.ackSize = f, seq, fileHeaderSize
+	l.ackFiles = append(l.ackFiles, seq)
+	l.ackMu.Unlock()
+	l.ackBytes.Add(fileHeaderSize)
+	l.ackDirty.Store(true)
+	l.mu.Lock()
+	l.newFiles = true
+	l.mu.Unlock()
+	if old != nil {
+		_ = old.Sync()
+		old.Close()
+	}
+	return nil
 }
 
-func (l *Log) keepBuf(b []byte) {
-	l.buf = b[:0]
-	if cap(l.buf) > 64<<10 {
-		l.buf = make([]byte, 0, 4096)
+// writeAckLocked appends one record (header space first) to the ack file;
+// l.ackMu is held. A failed write is cut off again, so the file never
+// holds part of a record before a whole one.
+func (l *Log) writeAckLocked(b []byte) error {
+	if l.ackF == nil {
+		return errNoAckFile
 	}
+	sealRecord(b)
+	if _, err := l.ackF.WriteAt(b, l.ackSize); err != nil {
+		_ = l.ackF.Truncate(l.ackSize)
+		return err
+	}
+	l.ackSize += int64(len(b))
+	l.ackBytes.Add(int64(len(b)))
+	l.ackWritten.Add(int64(len(b)))
+	l.ackDirty.Store(true)
+	return nil
 }
 
-// Ack acknowledges n events: at(i) names the i-th. It writes one ack
-// record (even past MaxBytes) and deletes the segments that no longer hold
-// anything to deliver. A write error is returned; the events count as
-// acknowledged in this process either way, and a later Open may replay
-// them.
+// Ack acknowledges n events: at(i) names the i-th. It appends ack records
+// to the ack file (even past MaxBytes) and wakes the reclaimer when a
+// segment may have become deletable; it never deletes, reads or creates a
+// segment itself. A write error is returned; the events count as
+// acknowledged in this process either way (their segments are still
+// deleted once sealed), and a later Open may replay those whose segment
+// was not.
 func (l *Log) Ack(n int, at func(i int) (*Segment, uint32)) error {
 	if n == 0 {
 		return nil
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	var err error
-	for from := 0; from < n; from += ackChunk { // records under maxAckBody
+	wake := false
+	l.ackMu.Lock()
+	for from := 0; from < n; from += ackChunk {
 		to := min(from+ackChunk, n)
-		b := append(l.buf[:0], 0, 0, 0, 0, 0, 0, 0, 0, kindAck)
+		b := append(l.ackBufLocked(), kindAck)
 		for i := from; i < to; i++ {
 			s, off := at(i)
 			b = binary.AppendUvarint(b, s.seq)
 			b = binary.AppendUvarint(b, uint64(off))
-			s.live.Add(-1)
 		}
-		if !l.closed && err == nil {
-			var act *Segment
-			if act, _, err = l.writeLocked(b, false); err == nil {
-				for i := from; i < to; i++ {
-					if s, _ := at(i); s != act && !slices.Contains(act.refs, s.seq) {
-						act.refs = append(act.refs, s.seq)
-					}
-				}
-			}
+		if err == nil {
+			err = l.writeAckLocked(b)
 		}
-		l.keepBuf(b)
+		l.ackBuf = b[:0]
 	}
-	l.reclaimLocked()
+	l.ackMu.Unlock()
+	for i := 0; i < n; i++ {
+		if s, _ := at(i); s.live.Add(-1) == 0 {
+			wake = true
+		}
+	}
+	if wake || l.ackBytes.Load() > l.compactAt.Load() {
+		l.poke()
+	}
+	l.mu.Lock()
+	closed := l.closed
+	l.mu.Unlock()
+	if closed {
+		err = nil // after Close: the next Open replays them
+	}
 	return err
+}
+
+// ackBufLocked returns the record buffer with room for the header; l.ackMu
+// is held.
+func (l *Log) ackBufLocked() []byte {
+	if cap(l.ackBuf) > 64<<10 {
+		l.ackBuf = nil
+	}
+	return append(l.ackBuf[:0], 0, 0, 0, 0, 0, 0, 0, 0)
 }
 
 // ackChunk events per ack record: 20 bytes of varints each at most.
 const ackChunk = maxAckBody / 20
 
-// reclaimLocked deletes every sealed segment with nothing live. Its ack
-// records that name segments still present are first copied to the active
-// segment, so an event stuck in an old segment does not keep newer ones.
-func (l *Log) reclaimLocked() {
-	if l.reclaiming {
-		return // carryAcks started a segment: the outer call goes on
-	}
-	l.reclaiming = true
-	defer func() { l.reclaiming = false }()
-	var failed map[*Segment]bool // not deletable now; tried again at the next reclaim
-	for {
-		var s *Segment
-		for _, t := range l.segs {
-			if t.sealed && t.live.Load() == 0 && !failed[t] {
-				s = t
-				break
-			}
-		}
-		if s == nil {
-			return
-		}
-		// carryAcks may start a new segment (appended to l.segs), so s is
-		// found again by identity below.
-		if (l.refersToLive(s) && !l.carryAcks(s)) ||
-			(os.Remove(s.path) != nil && fileExists(s.path)) {
-			if failed == nil {
-				failed = map[*Segment]bool{}
-			}
-			failed[s] = true
-			continue
-		}
-		if i := slices.Index(l.segs, s); i >= 0 {
-			l.segs = slices.Delete(l.segs, i, i+1)
-		}
-	}
-}
-
-func fileExists(path string) bool {
-	_, err := os.Stat(path)
-	return !errors.Is(err, os.ErrNotExist)
-}
-
-// carryAcks copies the acknowledgements in s of segments still present
-// into one ack record in the active segment.
-func (l *Log) carryAcks(s *Segment) bool {
-	if l.closed || l.act == nil {
-		return false
-	}
-	data, err := os.ReadFile(s.path)
-	if err != nil {
-		return false
-	}
-	present := make(map[uint64]*Segment, len(l.segs))
-	for _, t := range l.segs {
-		if t != s {
-			present[t.seq] = t
-		}
-	}
-	var recs [][]byte // ack records of at most maxAckBody bytes each
-	var refs []uint64
-	scanRecords(data, nil, func(_ int, kind byte, p []byte) {
-		if kind != kindAck {
-			return
-		}
-		forEachAck(p, func(seq, off uint64) {
-			if present[seq] == nil {
-				return
-			}
-			if len(recs) == 0 || len(recs[len(recs)-1]) > maxAckBody {
-				recs = append(recs, []byte{0, 0, 0, 0, 0, 0, 0, 0, kindAck})
-			}
-			b := recs[len(recs)-1]
-			b = binary.AppendUvarint(b, seq)
-			recs[len(recs)-1] = binary.AppendUvarint(b, off)
-			if !slices.Contains(refs, seq) {
-				refs = append(refs, seq)
-			}
-		})
-	})
-	for _, b := range recs {
-		act, _, err := l.writeLocked(b, false)
-		if err != nil {
-			return false // the records already written only repeat acknowledgements
-		}
-		for _, seq := range refs {
-			if seq != act.seq && !slices.Contains(act.refs, seq) {
-				act.refs = append(act.refs, seq)
-			}
-		}
-	}
-	return true
-}
-
-// maxAckBody bounds an ack record (well under the smallest segment).
+// maxAckBody bounds an ack record.
 const maxAckBody = 16 << 10
 
-// forEachAck calls f for each (segment, offset) pair of an ack payload.
-func forEachAck(p []byte, f func(seq, off uint64)) {
+// forEachPair calls f for each pair of unsigned varints of p.
+func forEachPair(p []byte, f func(a, b uint64)) {
 	for len(p) > 0 {
-		seq, n := binary.Uvarint(p)
+		a, n := binary.Uvarint(p)
 		if n <= 0 {
 			return
 		}
-		off, m := binary.Uvarint(p[n:])
+		b, m := binary.Uvarint(p[n:])
 		if m <= 0 {
 			return
 		}
 		p = p[n+m:]
-		f(seq, off)
+		f(a, b)
 	}
 }
 
-func (l *Log) refersToLive(s *Segment) bool {
-	for _, seq := range s.refs {
-		for _, t := range l.segs {
-			if t.seq == seq {
-				return true
-			}
+func (l *Log) poke() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// reclaimer runs reclaim and compaction, off every caller's path, until
+// Close.
+func (l *Log) reclaimer() {
+	defer close(l.done)
+	for {
+		var reply chan struct{}
+		select {
+		case <-l.quit:
+			return
+		case <-l.wake:
+		case reply = <-l.flush:
+		}
+		l.ackMu.Lock()
+		noAcks := l.ackF == nil
+		l.ackMu.Unlock()
+		if noAcks {
+			_ = l.newAckFile() // none since Open (a full disk): tried at every wake
+		}
+		l.reclaim()
+		if l.ackBytes.Load() > l.compactAt.Load() || len(l.ackFiles) > 2 {
+			l.compact()
+		}
+		if reply != nil {
+			close(reply)
 		}
 	}
-	return false
 }
 
-// Sync flushes the active segment to stable storage if anything was
-// written since the last Sync.
-func (l *Log) Sync() error {
-	if !l.dirty.Swap(false) {
-		return nil
+// Reclaim runs a pass of the reclaimer and waits for it: every sealed
+// segment without live events is deleted when it returns (unless the disk
+// refused its deletion marker). Tests use it; the log needs no call.
+func (l *Log) Reclaim() {
+	reply := make(chan struct{})
+	select {
+	case l.flush <- reply:
+		<-reply
+	case <-l.done:
+	}
+}
+
+// reclaim deletes every sealed segment that holds nothing live. One pass
+// over the segment list: it writes only to the ack file, so it cannot
+// create a segment or make more work for itself. A deletion marker for
+// the segments goes first, on stable storage, so a later Open tells a
+// deleted segment from a lost one; when the marker cannot be written (a
+// full disk), only the oldest segments are deleted (a gap below every
+// present segment is not reported), and their marker is tried again at
+// the next pass.
+func (l *Log) reclaim() {
+	l.mu.Lock()
+	var gone []*Segment
+	prefix := 0 // how many of gone are the oldest segments
+	for i, s := range l.segs {
+		if s.sealed && s.live.Load() == 0 {
+			if len(gone) == i {
+				prefix++
+			}
+			gone = append(gone, s)
+		}
+	}
+	l.mu.Unlock()
+	marks := slices.Clone(l.unmarked)
+	for _, s := range gone {
+		marks = append(marks, gap{s.seq, 1})
+	}
+	if len(marks) == 0 {
+		return
+	}
+	if err := l.writeMarks(mergeGaps(marks)); err != nil {
+		gone = gone[:prefix]
+		for _, s := range gone {
+			l.unmarked = append(l.unmarked, gap{s.seq, 1})
+		}
+	} else {
+		l.unmarked = nil
+	}
+	if len(gone) == 0 {
+		return
+	}
+	del := make(map[*Segment]bool, len(gone))
+	for _, s := range gone {
+		del[s] = true
 	}
 	l.mu.Lock()
+	l.segs = slices.DeleteFunc(l.segs, func(s *Segment) bool { return del[s] })
+	l.mu.Unlock()
+	for _, s := range gone {
+		if err := os.Remove(s.path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			l.logf("diskbuf: could not delete %s: %v", filepath.Base(s.path), err)
+		}
+	}
+}
+
+// writeMarks appends deletion markers for gs and syncs the ack file.
+func (l *Log) writeMarks(gs []gap) error {
+	l.ackMu.Lock()
+	defer l.ackMu.Unlock()
+	for len(gs) > 0 {
+		b := append(l.ackBufLocked(), kindGone)
+		for len(gs) > 0 && len(b) < maxAckBody {
+			b = binary.AppendUvarint(b, gs[0].first)
+			b = binary.AppendUvarint(b, gs[0].count)
+			gs = gs[1:]
+		}
+		err := l.writeAckLocked(b)
+		l.ackBuf = b[:0]
+		if err != nil {
+			return err
+		}
+	}
+	if l.ackF == nil {
+		return errNoAckFile
+	}
+	return l.ackF.Sync()
+}
+
+// compact rewrites the ack files but the active one into one file that
+// keeps only what a later Open needs: the acknowledgements of events in
+// segments still present, the deletion markers above the oldest present
+// segment, and a floor record. The files compacted are fixed when it
+// starts (a new active ack file takes the acknowledgements that arrive
+// meanwhile) and its output is a file of its own, so it is one pass of
+// bounded work. A crash at any point leaves either the old files or the
+// new one (and maybe old ones beside it: they only repeat it).
+func (l *Log) compact() {
+	old := slices.Clone(l.ackFiles)
+	if err := l.newAckFile(); err != nil {
+		l.compactAt.Store(2 * l.ackBytes.Load()) // retried once the files doubled
+		return
+	}
+	l.mu.Lock()
+	present := make(map[uint64]bool, len(l.segs))
+	floor := l.nextSeq
+	for _, s := range l.segs {
+		present[s.seq] = true
+		floor = min(floor, s.seq)
+	}
+	next := l.nextSeq
+	l.mu.Unlock()
+
+	target := old[len(old)-1]
+	out := fileHeader(ackMagic, target)
+	rec := func(kind byte) int {
+		out = append(out, 0, 0, 0, 0, 0, 0, 0, 0, kind)
+		return len(out) - headerSize - 1
+	}
+	var gone []gap
+	at := rec(kindAck)
+	var oldBytes int64
+	for _, seq := range old {
+		data, err := readRegular(l.ackPath(seq))
+		if err != nil {
+			continue // not compacted: still there, read again by Open
+		}
+		oldBytes += int64(len(data))
+		if ok, _ := checkHeader(data, ackMagic, seq); !ok {
+			continue
+		}
+		scanRecords(data, fileHeaderSize, ackKinds, nil, func(_ int, kind byte, p []byte) {
+			switch kind {
+			case kindAck:
+				forEachPair(p, func(sq, off uint64) {
+					if !present[sq] {
+						return
+					}
+					if len(out)-at > maxAckBody {
+						sealRecord(out[at:])
+						at = rec(kindAck)
+					}
+					out = binary.AppendUvarint(out, sq)
+					out = binary.AppendUvarint(out, off)
+				})
+			case kindGone:
+				forEachPair(p, func(first, n uint64) {
+					if first+n > floor && n > 0 {
+						gone = append(gone, gap{max(first, floor), first + n - max(first, floor)})
+					}
+				})
+			}
+		})
+	}
+	if len(out)-at == headerSize+1 {
+		out = out[:at]
+	} else {
+		sealRecord(out[at:])
+	}
+	for _, g := range mergeGaps(gone) {
+		at = rec(kindGone)
+		out = binary.AppendUvarint(out, g.first)
+		out = binary.AppendUvarint(out, g.count)
+		sealRecord(out[at:])
+	}
+	at = rec(kindFloor)
+	out = binary.AppendUvarint(out, floor)
+	out = binary.AppendUvarint(out, next)
+	sealRecord(out[at:])
+
+	path := l.ackPath(target)
+	if err := writeFileSync(path+tmpSuffix, out); err != nil {
+		_ = os.Remove(path + tmpSuffix)
+		l.compactAt.Store(2 * l.ackBytes.Load())
+		return
+	}
+	if err := os.Rename(path+tmpSuffix, path); err != nil {
+		_ = os.Remove(path + tmpSuffix)
+		l.compactAt.Store(2 * l.ackBytes.Load())
+		return
+	}
+	_ = syncPath(l.dir, os.O_RDONLY)
+	for _, seq := range old[:len(old)-1] {
+		_ = os.Remove(l.ackPath(seq))
+	}
+	l.ackMu.Lock()
+	l.ackFiles = slices.DeleteFunc(l.ackFiles, func(seq uint64) bool { return seq < target })
+	l.ackMu.Unlock()
+	l.ackBytes.Add(int64(len(out)) - oldBytes)
+	l.compactAt.Store(max(minCompact, 2*l.ackBytes.Load()))
+}
+
+func writeFileSync(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if serr := f.Sync(); err == nil {
+		err = serr
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// Sync flushes what was written since the last Sync to stable storage. It
+// also checks that the directory is still there (see ErrDirGone).
+func (l *Log) Sync() error {
+	fi, serr := os.Stat(l.dir)
+	l.mu.Lock()
+	if !l.closed && l.broken == nil && (serr != nil || !os.SameFile(fi, l.dirInfo)) {
+		l.markGoneLocked()
+	}
+	if l.broken != nil && !l.closed {
+		l.mu.Unlock()
+		return l.broken
+	}
+	if !l.dirty.Swap(false) && !l.ackDirty.Load() && len(l.unsynced) == 0 && !l.newFiles {
+		l.mu.Unlock()
+		return nil
+	}
 	a, sealed, newFiles := l.act, l.unsynced, l.newFiles
 	l.unsynced, l.newFiles = nil, false
 	l.mu.Unlock()
-	// Outside the mutex: appends go on during the fsync.
+	// Outside the mutexes: appends and acks go on during the fsync.
 	var err error
 	for _, path := range sealed {
 		if serr := syncPath(path, os.O_RDWR); serr != nil && !errors.Is(serr, os.ErrNotExist) && err == nil {
@@ -586,13 +1198,23 @@ func (l *Log) Sync() error {
 		}
 	}
 	if newFiles {
-		// The new segments' directory entries; not possible on every
+		// The new files' directory entries; not possible on every
 		// platform (Windows), where it is skipped.
 		_ = syncPath(l.dir, os.O_RDONLY)
 	}
 	if a != nil {
 		if serr := a.sync(); serr != nil && !errors.Is(serr, os.ErrClosed) && err == nil {
 			err = serr // sealed meanwhile: it is in unsynced for the next Sync
+		}
+	}
+	if l.ackDirty.Swap(false) {
+		l.ackMu.Lock()
+		f := l.ackF
+		l.ackMu.Unlock()
+		if f != nil {
+			if serr := f.Sync(); serr != nil && !errors.Is(serr, os.ErrClosed) && err == nil {
+				err = serr // replaced meanwhile: the old one was synced when it was
+			}
 		}
 	}
 	return err
@@ -612,16 +1234,12 @@ func syncPath(path string, flag int) error {
 	return err
 }
 
-// Size returns the bytes the segment files take, the active one counted
-// as a whole segment (it is preallocated on Linux).
+// Size returns the bytes the files take, the active segment counted in
+// full when it is preallocated.
 func (l *Log) Size() int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	n := l.usedBytes()
-	if l.act != nil {
-		n += l.opts.SegmentBytes - l.segs[len(l.segs)-1].size
-	}
-	return n
+	return l.usedLocked()
 }
 
 // Written returns the bytes of the records (events and acknowledgements)
@@ -629,12 +1247,13 @@ func (l *Log) Size() int64 {
 func (l *Log) Written() int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.written
+	return l.written + l.ackWritten.Load()
 }
 
-// Close syncs the active segment and seals it (cut to the bytes used),
-// deletes what holds nothing to deliver, and releases the lock. Events not
-// acknowledged stay for the next Open. A second Close returns nil.
+// Close seals the active segment (cut to the bytes used), stops the
+// reclaimer, deletes what holds nothing to deliver, syncs, and releases
+// the lock. Events not acknowledged stay for the next Open; when no
+// segment is left, neither are ack files. A second Close returns nil.
 func (l *Log) Close() error {
 	l.mu.Lock()
 	if l.closed {
@@ -643,11 +1262,31 @@ func (l *Log) Close() error {
 	}
 	err := l.sealActiveLocked()
 	l.closed = true
-	l.reclaimLocked()
 	l.mu.Unlock()
-	l.dirty.Store(true)
+	close(l.quit)
+	<-l.done
+	l.reclaim()
 	if serr := l.Sync(); err == nil {
 		err = serr
+	}
+	l.ackMu.Lock()
+	f := l.ackF
+	l.ackF = nil
+	files := l.ackFiles
+	l.ackMu.Unlock()
+	if f != nil {
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	l.mu.Lock()
+	empty := len(l.segs) == 0 && l.broken == nil
+	l.mu.Unlock()
+	if empty {
+		// Nothing to deliver: nothing for the ack files to say either.
+		for _, seq := range files {
+			_ = os.Remove(l.ackPath(seq))
+		}
 	}
 	if uerr := l.lock.Close(); err == nil {
 		err = uerr

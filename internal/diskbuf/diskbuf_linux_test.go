@@ -28,7 +28,7 @@ func TestCrashLeavesPreallocatedSegment(t *testing.T) {
 	rec := append([]byte{0, 0, 0, 0, 0, 0, 0, 0, kindEvent}, payload(3)...)
 	copy(l.act.(*mmapActive).mem[end+headerSize:], rec[headerSize:])
 	// die: the lock goes with the process; nothing is sealed or cut
-	l.lock.Close()
+	release := crash(l)
 	segs := segFiles(t, dir)
 	if fi, _ := os.Stat(segs[0]); fi.Size() != 64<<10 {
 		t.Fatalf("active segment is %d bytes, want preallocated", fi.Size())
@@ -37,5 +37,5 @@ func TestCrashLeavesPreallocatedSegment(t *testing.T) {
 	if !slices.Equal(got, want(0, 3)) || st.Torn != 1 || st.Corrupt != 0 {
 		t.Fatalf("replayed %q, stats %+v", got, st)
 	}
-	_ = l.act.seal(end)
+	release()
 }

@@ -121,11 +121,12 @@ func testCorruptMiddleRecord(t *testing.T, mode Options) {
 	seg := segFiles(t, src)[0]
 	data, _ := os.ReadFile(seg)
 	recSize := headerSize + 1 + len(payload(0))
+	r5 := fileHeaderSize + 5*recSize
 	for _, at := range []struct {
 		name string
 		pos  int
 		val  byte
-	}{{"payload", 5*recSize + headerSize + 5, 'X'}, {"checksum", 5*recSize + 4, 0}, {"length", 5 * recSize, 0xff}, {"length-zero", 5 * recSize, 0}} {
+	}{{"payload", r5 + headerSize + 5, 'X'}, {"checksum", r5 + 4, 0}, {"length", r5, 0xff}, {"length-zero", r5, 0}} {
 		t.Run(at.name, func(t *testing.T) {
 			dir := t.TempDir()
 			bad := slices.Clone(data)
@@ -141,17 +142,26 @@ func testCorruptMiddleRecord(t *testing.T, mode Options) {
 	}
 }
 
-// TestGarbageSegment: a segment of random-looking bytes yields nothing and
-// no panic.
+// TestGarbageSegment: a segment of random-looking bytes after a valid
+// header yields nothing and no panic; without a header it is counted as a
+// lost segment.
 func TestGarbageSegment(t *testing.T) {
-	dir := t.TempDir()
 	junk := []byte(strings.Repeat("\xff\x00\x10\x00\x00\x00\x00\x00{garbage}", 500))
-	if err := os.WriteFile(filepath.Join(dir, "00000000000000000001.seg"), junk, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	got, st := reopen(t, dir)
-	if len(got) != 0 || st.Torn != 1 {
-		t.Fatalf("replayed %d, stats %+v", len(got), st)
+	for _, c := range []struct {
+		name string
+		data []byte
+		want Stats
+	}{{"header", append(fileHeader(segMagic, 1), junk...), Stats{Torn: 1}}, {"no-header", junk, Stats{Missing: 1}}} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, "00000000000000000001.seg"), c.data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			got, st := reopen(t, dir)
+			if len(got) != 0 || st != c.want {
+				t.Fatalf("replayed %d, stats %+v, want %+v", len(got), st, c.want)
+			}
+		})
 	}
 }
 
@@ -282,11 +292,9 @@ func forModes(t *testing.T, f func(*testing.T, Options)) {
 }
 
 // TestStuckEventKeepsOnlyItsSegment: one event of the first segment never
-// gets its outcome while hundreds of others do, acknowledged in batches
-// (so an acknowledgement often lands in a newer segment than its event).
-// The later segments are deleted anyway — their acknowledgements of the
-// first segment's events are carried forward — and a reopen replays only
-// the stuck event.
+// gets its outcome while hundreds of others do, acknowledged in batches.
+// The later segments are deleted anyway, and a reopen replays only the
+// stuck event.
 func TestStuckEventKeepsOnlyItsSegment(t *testing.T) { forModes(t, testStuckEventKeepsOnlyItsSegment) }
 
 func testStuckEventKeepsOnlyItsSegment(t *testing.T, mode Options) {
@@ -315,7 +323,8 @@ func testStuckEventKeepsOnlyItsSegment(t *testing.T, mode Options) {
 			batch = batch[:0]
 		}
 	}
-	if n := len(segFiles(t, dir)); n > 4 {
+	l.Reclaim()
+	if n := len(segFiles(t, dir)); n > 2 {
 		t.Fatalf("%d segment files for 1 unacknowledged event", n)
 	}
 	if err := l.Close(); err != nil {
@@ -358,5 +367,43 @@ func testLargeAck(t *testing.T, mode Options) {
 	got, _ := reopen(t, dir)
 	if !slices.Equal(got, want(3*ackChunk-1, 3*ackChunk)) {
 		t.Fatalf("replayed %d events, want only the last", len(got))
+	}
+}
+
+// crash leaves l as a killed process would: the reclaimer and the lock
+// gone, nothing sealed, cut or deleted. The active segment stays mapped
+// (or open) until the returned func runs (it seals it).
+func crash(l *Log) (release func()) {
+	close(l.quit)
+	<-l.done
+	l.ackMu.Lock()
+	if l.ackF != nil {
+		l.ackF.Close()
+		l.ackF = nil
+	}
+	l.ackMu.Unlock()
+	l.lock.Close()
+	l.mu.Lock()
+	a, end := l.act, int64(0)
+	if a != nil {
+		end = l.segs[len(l.segs)-1].size
+	}
+	l.act, l.closed = nil, true
+	l.mu.Unlock()
+	return func() {
+		if a != nil {
+			_ = a.seal(end)
+		}
+	}
+}
+
+// kill is crash with the active segment closed as it is at once.
+func kill(l *Log) {
+	l.mu.Lock()
+	a := l.act
+	l.mu.Unlock()
+	crash(l)
+	if a != nil {
+		a.abandon()
 	}
 }

@@ -22,3 +22,37 @@ var Prepare func(m any, now func() time.Time, newID func() string) (any, error)
 // analytics.Message it was encoded from (numbers as float64, nested
 // objects as map[string]any). Safe for concurrent use.
 var Decode func(raw []byte) (any, error)
+
+// Compat is what package segmentv3, the segment v3 compatibility layer,
+// changes in the engine to behave as v3 did. The zero value changes
+// nothing.
+type Compat struct {
+	// BodyFields are extra members of every request body's top-level
+	// object, as JSON text without braces (`"context":{…}`), written after
+	// the batch array. Their bytes count in the body size limit. They must
+	// not repeat the keys batch, sentAt and writeKey.
+	BodyFields []byte
+
+	// NoLibrary leaves context.library out of events (unless the event's
+	// own context has one) and an empty context object out entirely.
+	NoLibrary bool
+
+	// RetryDelay, when set, is the wait before a batch's counted retry
+	// number k+1 (k counts from 0), in place of the engine's backoff. The
+	// engine clamps it to [0, MaxTotalBackoffDuration]; its retry budgets
+	// apply unchanged.
+	RetryDelay func(k int) time.Duration
+
+	// FastClose makes Close wait for no retry: batches waiting in the
+	// waiting room are due at once, the rate-limit gate opens, and a
+	// retryable outcome during Close fails the batch with its last error.
+	FastClose bool
+
+	// AllowEmptyWriteKey accepts an empty write key.
+	AllowEmptyWriteKey bool
+}
+
+// CompatOption returns the analytics.Option (as any) that applies c. It
+// fails New with a *ConfigError when BodyFields is not valid JSON members
+// or longer than MaxEventBytes.
+var CompatOption func(c Compat) any

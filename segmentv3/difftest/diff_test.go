@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	native "github.com/relaykit/analytics-go"
 	compatprog "github.com/relaykit/analytics-go/segmentv3/difftest/internal/compatprog"
 	v3prog "github.com/relaykit/analytics-go/segmentv3/difftest/internal/v3prog"
 )
@@ -172,6 +173,16 @@ var documentedDifferences = []string{
 func TestSameEventsAsV3(t *testing.T) {
 	v3rec, v3res := record(t, v3prog.Run)
 	compatRec, compatRes := record(t, compatprog.Run)
+	// Before the events are normalised: the library is in the batch-level
+	// context only, as in v3.
+	for _, body := range compatRec.bodies {
+		ctx := body["context"].(map[string]interface{})
+		assert.Equal(t, map[string]interface{}{"name": "relaykit-analytics-go", "version": native.Version}, ctx["library"])
+		for _, e := range body["batch"].([]interface{}) {
+			own, _ := e.(map[string]interface{})["context"].(map[string]interface{})
+			assert.NotContains(t, own, "library", "events carry no library of their own")
+		}
+	}
 
 	v3events, compatEvents := v3rec.events(t), compatRec.events(t)
 	require.Len(t, v3events, 10)
@@ -200,11 +211,11 @@ func TestSameEventsAsV3(t *testing.T) {
 	assert.NoError(t, v3res.CloseError)
 	assert.NoError(t, compatRes.CloseError)
 
-	// The batch object around the events: v3 added a batch messageId and
-	// its DefaultContext; this client adds the write key (as the engine
-	// always does). Both send sentAt.
+	// The batch object around the events: both send the batch-level context
+	// (the library and DefaultContext) and sentAt; v3 added a batch
+	// messageId, this client adds the write key (as the engine always does).
 	assert.Equal(t, []string{"batch", "context", "messageId", "sentAt"}, topLevelKeys(v3rec.bodies))
-	assert.Equal(t, []string{"batch", "sentAt", "writeKey"}, topLevelKeys(compatRec.bodies))
+	assert.Equal(t, []string{"batch", "context", "sentAt", "writeKey"}, topLevelKeys(compatRec.bodies))
 
 	// Request headers: the same authentication and content type; the
 	// User-Agent names the client that sent the request.

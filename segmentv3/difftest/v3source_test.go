@@ -2,6 +2,7 @@ package difftest
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,17 +26,21 @@ func goTool(t *testing.T) string {
 	return p
 }
 
-// v3Dir returns the directory of v3's source in the module cache (this
-// module requires it, so it is there once the tests compiled).
-func v3Dir(t *testing.T) string {
+// v3Dir returns the directory of v3.1.0's source in the module cache.
+func v3Dir(t *testing.T) string { return moduleDir(t, v3Path) }
+
+// moduleDir returns the directory of a required module's source in the
+// module cache, downloading it if needed (go mod download).
+func moduleDir(t *testing.T, path string) string {
 	t.Helper()
-	cmd := exec.Command(goTool(t), "list", "-m", "-f", "{{.Dir}}", v3Path)
+	cmd := exec.Command(goTool(t), "mod", "download", "-json", path)
 	cmd.Env = append(os.Environ(), "GOWORK=off")
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "%s", out)
-	dir := strings.TrimSpace(string(out))
-	require.DirExists(t, dir)
-	return dir
+	out, err := cmd.Output()
+	require.NoError(t, err, "go mod download %s: %s", path, out)
+	var info struct{ Dir string }
+	require.NoError(t, json.Unmarshal(out, &info), "%s", out)
+	require.DirExists(t, info.Dir)
+	return info.Dir
 }
 
 // TestSameProgram checks that the two copies of the program the

@@ -1,0 +1,26 @@
+//go:build !unix
+
+package diskbuf
+
+import (
+	"os"
+	"testing"
+)
+
+// dirUsage is what the files of dir take (their sizes).
+func dirUsage(t *testing.T, dir string) int64 {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, e := range entries {
+		fi, err := e.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += fi.Size()
+	}
+	return n
+}

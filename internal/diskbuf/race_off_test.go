@@ -1,0 +1,5 @@
+//go:build !race
+
+package diskbuf
+
+const raceEnabled = false
