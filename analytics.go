@@ -59,14 +59,15 @@ var _ Tracker = (*Client)(nil)
 // batches may run concurrently when Consumers > 1. A callback must return
 // quickly: the consumer does no other work while it runs. A panicking
 // callback is recovered and logged; the consumer keeps running. The
-// messages passed to callbacks are copies (see Message).
+// messages passed to callbacks are copies or rebuilt from the JSON sent (see
+// Message and WithOnError).
 type Client struct {
 	cfg          Config
 	log          *zap.Logger
 	q            *queue
 	room         *waitingRoom
 	settle       *settler
-	withMessages bool         // a callback is registered: events carry a copy of their Message
+	keepMessages bool         // OnSuccess is registered: events carry a copy of their Message (see settler.messages)
 	defaults     *defaults    // WithDefaultContext, WithDefaultProperties; nil without them
 	disk         *durable     // WithDiskBuffer; nil in memory mode
 	noLibrary    bool         // shared.Compat NoLibrary (compat.go)
@@ -93,6 +94,7 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 		return nil, err
 	}
 	places := newCapacity(s.QueueCapacity)
+	places.wakeWhen(s.FlushAt) // blocked producers wake when a batch fits
 	q := newQueue(places, s.FlushAt, batchEventBytes-len(s.compat.BodyFields), s.FlushInterval)
 	q.perEvent = eventSentAtExtra(s.EventSentAt) // R45 with R59
 	cfg := s.Config
@@ -109,7 +111,7 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 			ledger:    q,
 			capacity:  s.QueueCapacity,
 		},
-		withMessages: s.onSuccess != nil || s.onError != nil,
+		keepMessages: s.onSuccess != nil,
 		defaults:     newDefaults(s.defaultContext, s.defaultProperties),
 		noLibrary:    s.compat.NoLibrary,
 		retire:       make(chan struct{}),
@@ -119,7 +121,7 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 	}
 	if s.disk != nil {
 		var replay []event
-		c.disk, replay, err = openDurable(s.disk, s.logger, c.withMessages)
+		c.disk, replay, err = openDurable(s.disk, s.logger, c.keepMessages)
 		if err != nil {
 			return nil, err
 		}

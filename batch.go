@@ -9,7 +9,7 @@ import (
 
 // event is one accepted message with its JSON, encoded once at enqueue.
 type event struct {
-	msg   Message // the copy callbacks receive; nil without callbacks
+	msg   Message // the copy callbacks receive; nil unless OnSuccess is registered (see settler.messages)
 	data  []byte
 	slab  *slab  // where data lives, released at the disposition; nil if data is its own
 	epoch uint64 // ledger epoch at acceptance (see ledger)

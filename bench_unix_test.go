@@ -4,8 +4,11 @@ package analytics
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -58,4 +61,50 @@ func processCPU() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkEnqueueContextBlocked is a backfill: producers call
+// EnqueueContext flat out into a small client (QueueCapacity 1 000) whose
+// consumers deliver in process, so the producers spend most calls near a
+// full client and many of them blocked. ns/op is per event, delivered; cpu-ns/op is the process's CPU time per
+// event (getrusage).
+func BenchmarkEnqueueContextBlocked(b *testing.B) {
+	for _, producers := range []int{1, 4} {
+		b.Run(fmt.Sprintf("producers=%d", producers), func(b *testing.B) {
+			c, err := New("wk", WithEndpoint("http://127.0.0.1:1"), WithHTTPClient(&http.Client{Transport: okTransport{}}),
+				WithQueueCapacity(1000), WithConsumers(2))
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			var next atomic.Int64
+			var wg sync.WaitGroup
+			b.ReportAllocs()
+			cpu0 := processCPU()
+			b.ResetTimer()
+			for p := 0; p < producers; p++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
+						if err := c.EnqueueContext(ctx, Track{UserID: "user-1234", Event: "Order Completed",
+							Properties: Properties{"plan": "pro", "amount": i, "currency": "EUR", "trial": false}}); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			if err := c.Flush(ctx); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+			if got := c.Stats().Delivered; got != int64(b.N) {
+				b.Fatalf("delivered %d of %d", got, b.N)
+			}
+			_ = c.Close(ctx)
+		})
+	}
 }

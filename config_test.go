@@ -252,6 +252,7 @@ func TestEndpointUserInfoRedacted(t *testing.T) {
 func TestConfigRedactedInEveryForm(t *testing.T) {
 	c, err := New("wk", WithEndpoint("https://proxyuser:s3cret@proxy.example.com/segment"))
 	require.NoError(t, err)
+	auditLater(t, c, nil)
 	defer func() { require.NoError(t, closeClient(t, c, time.Second)) }()
 	cfg := c.Config()
 
@@ -289,5 +290,6 @@ func TestWriteKeyWhitespaceRefused(t *testing.T) {
 	}
 	c, err := New("s3cret key", WithEndpoint("http://127.0.0.1:1")) // inner space: the key's business
 	require.NoError(t, err)
+	auditLater(t, c, nil)
 	require.NoError(t, closeClient(t, c, time.Second))
 }

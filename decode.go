@@ -1,8 +1,12 @@
 package analytics
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -35,6 +39,55 @@ func decodeMessage(data []byte) (Message, error) {
 	if err := json.Unmarshal(data, &s); err != nil {
 		return nil, err
 	}
+	return s.message()
+}
+
+// rebuildMessage is decodeMessage for the client's callbacks: the messages
+// of events that kept no copy (see WithOnError) and of replayed events. A
+// number written without a fraction or an exponent that fits in an int
+// comes back as an int, as the caller most likely gave it; every other
+// number is a float64.
+func rebuildMessage(data []byte) (Message, error) {
+	var s storedMessage
+	d := json.NewDecoder(bytes.NewReader(data))
+	d.UseNumber()
+	if err := d.Decode(&s); err != nil {
+		return nil, err
+	}
+	for _, m := range []map[string]any{s.Properties, s.Traits, s.Context, s.Integrations} {
+		for k, v := range m {
+			m[k] = numbers(v)
+		}
+	}
+	return s.message()
+}
+
+// numbers replaces the json.Numbers in v (a decoded JSON value) by ints or
+// float64s, as rebuildMessage describes.
+func numbers(v any) any {
+	switch x := v.(type) {
+	case json.Number:
+		s := string(x)
+		if !strings.ContainsAny(s, ".eE") {
+			if i, err := strconv.ParseInt(s, 10, 64); err == nil && i >= math.MinInt && i <= math.MaxInt {
+				return int(i)
+			}
+		}
+		f, _ := strconv.ParseFloat(s, 64) // the encoder wrote only numbers a float64 holds
+		return f
+	case map[string]any:
+		for k, item := range x {
+			x[k] = numbers(item)
+		}
+	case []any:
+		for i, item := range x {
+			x[i] = numbers(item)
+		}
+	}
+	return v
+}
+
+func (s *storedMessage) message() (Message, error) {
 	s.Timestamp = s.Timestamp.UTC() // as the client stamps (an offset from elsewhere is normalised)
 	switch s.Type {
 	case "track":

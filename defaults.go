@@ -8,6 +8,46 @@ import "fmt"
 type defaults struct {
 	context    map[string]any
 	properties map[string]any
+
+	// The same entries encoded once, at New; the encoder splices them into
+	// each event's JSON (see encoder.merged).
+	encodedContext, encodedProperties *encodedDefaults
+}
+
+// encodedDefaults are the entries of a defaults map as JSON members, each
+// `"key":value`, ready to be written into an event's object.
+type encodedDefaults struct {
+	keys    []string // keys[i] is the key of members[i]
+	members [][]byte
+	all     []byte // every member, comma-separated: for an event without a map of its own
+	library bool   // the map has a "library" entry (context only: it replaces the client's)
+}
+
+// encodeDefaults encodes m's entries; nil for an empty m.
+func encodeDefaults(m map[string]any) (*encodedDefaults, error) {
+	if len(m) == 0 {
+		return nil, nil
+	}
+	d := &encodedDefaults{}
+	var e encoder
+	for k, v := range m {
+		e.buf = e.buf[:0]
+		first := true
+		e.entry(&first, k, v, 0)
+		if e.err != nil {
+			return nil, encodedDefaultsError(&e)
+		}
+		member := append([]byte(nil), e.buf...)
+		d.keys, d.members = append(d.keys, k), append(d.members, member)
+		if len(d.all) > 0 {
+			d.all = append(d.all, ',')
+		}
+		d.all = append(d.all, member...)
+		if k == "library" {
+			d.library = true
+		}
+	}
+	return d, nil
 }
 
 // WithDefaultContext sets context entries that every event carries (for
@@ -22,8 +62,9 @@ type defaults struct {
 // as JSON: New returns a *ConfigError (field "DefaultContext") otherwise.
 // Callbacks receive the merged Context, as it was sent. A nil or empty map
 // removes the defaults, and enqueue calls stay as cheap as without the
-// option; with it, each enqueue call encodes the extra entries (no
-// allocation unless callbacks are registered).
+// option. With it, the entries are encoded once, by New, and each enqueue
+// call copies their JSON into the event (no allocation unless OnSuccess is
+// registered); a value with its own MarshalJSON is therefore called once.
 func WithDefaultContext(ctx map[string]any) Option {
 	return optionFunc(func(s *settings) {
 		if err := checkDefaults(ctx); err != nil {
@@ -51,16 +92,19 @@ func WithDefaultProperties(props map[string]any) Option {
 // checkDefaults encodes m once, so that a value that is not JSON fails New
 // instead of every enqueue call.
 func checkDefaults(m map[string]any) error {
-	var e encoder
-	e.object(m, nil, 0, "")
-	if e.err != nil {
-		return fmt.Errorf("%s cannot be encoded as JSON: %w", e.keyPath(""), e.err)
-	}
-	return nil
+	_, err := encodeDefaults(m)
+	return err
+}
+
+// encodedDefaultsError is the error of a defaults map that cannot be
+// encoded: the key path of the value and why.
+func encodedDefaultsError(e *encoder) error {
+	return fmt.Errorf("%s cannot be encoded as JSON: %w", e.keyPath(""), e.err)
 }
 
 // newDefaults returns the client's defaults, or nil when there are none, so
-// that enqueue calls without the options do no extra work.
+// that enqueue calls without the options do no extra work. The options
+// have checked that the maps encode.
 func newDefaults(ctx, props map[string]any) *defaults {
 	if len(ctx) == 0 && len(props) == 0 {
 		return nil
@@ -68,9 +112,11 @@ func newDefaults(ctx, props map[string]any) *defaults {
 	d := &defaults{}
 	if len(ctx) > 0 {
 		d.context = ctx
+		d.encodedContext, _ = encodeDefaults(ctx)
 	}
 	if len(props) > 0 {
 		d.properties = props
+		d.encodedProperties, _ = encodeDefaults(props)
 	}
 	return d
 }

@@ -1,8 +1,13 @@
 package analytics
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -147,4 +152,179 @@ func TestDefaultsDoNotAllocate(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
 	_ = c.Close(ctx)
+}
+
+// The defaults are encoded once, at New, and spliced into each event: the
+// result must be what a plain encoding/json merge gives (the event's own
+// top-level keys win, whatever their value; nested maps are not merged; a
+// "library" entry of either side replaces the client's), with no key
+// twice. Many shapes: nil, empty and full maps on both sides, nested maps,
+// clashes of every kind, all message types.
+func TestDefaultsSplicedMatchPlainMerge(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	keys := []string{"a", "b", "app", "os", "library", "ip", "k\"q", "ü", ""}
+	var value func(depth int) any
+	value = func(depth int) any {
+		switch rng.IntN(8) {
+		case 0:
+			return nil
+		case 1:
+			return rng.IntN(1000) - 500
+		case 2:
+			return float64(rng.IntN(1000)) / 8
+		case 3:
+			return "s" + strconv.Itoa(rng.IntN(10))
+		case 4:
+			return rng.IntN(2) == 0
+		case 5:
+			return []any{rng.IntN(3), "x", nil}
+		default:
+			if depth > 2 {
+				return "leaf"
+			}
+			return randomMap(rng, keys, func() any { return value(depth + 1) })
+		}
+	}
+	shape := func() map[string]any {
+		switch rng.IntN(5) {
+		case 0:
+			return nil
+		case 1:
+			return map[string]any{}
+		}
+		return randomMap(rng, keys, func() any { return value(0) })
+	}
+	for round := 0; round < 300; round++ {
+		defCtx, defProps := shape(), shape()
+		c, err := New("wk", WithEndpoint("http://127.0.0.1:1"), WithDefaultContext(defCtx), WithDefaultProperties(defProps))
+		require.NoError(t, err)
+		d := c.defaults
+		require.NoError(t, closeClient(t, c, time.Second))
+		ownCtx, ownProps, integ := shape(), shape(), shape()
+		msgs := []Message{
+			Track{MessageID: "m", UserID: "u", Event: "E", Properties: ownProps, Context: ownCtx, Integrations: integ},
+			Identify{MessageID: "m", UserID: "u", Traits: ownProps, Context: ownCtx},
+			Group{MessageID: "m", UserID: "u", GroupID: "g", Traits: ownProps, Context: ownCtx},
+			Page{MessageID: "m", UserID: "u", Properties: ownProps, Context: ownCtx, Integrations: integ},
+			Screen{MessageID: "m", UserID: "u", Properties: ownProps, Context: ownCtx},
+			Alias{MessageID: "m", UserID: "u", PreviousID: "p", Context: ownCtx, Integrations: integ},
+		}
+		for _, m := range msgs {
+			sc := getScratch()
+			sc.enc.defaults = d
+			_, err := prepareMessage(sc, m, false)
+			got := append([]byte(nil), sc.enc.buf...)
+			putScratch(sc)
+			require.NoError(t, err)
+			require.NoError(t, noDuplicateKeys(got), "%s", got)
+
+			// The reference: merge with maps, encode with encoding/json.
+			want := map[string]any{}
+			require.NoError(t, json.Unmarshal(got, &want))
+			free := map[string]string{"track": "properties", "page": "properties", "screen": "properties",
+				"identify": "traits", "group": "traits"}[m.Type()]
+			ownFree := map[string]any(nil)
+			switch v := m.(type) {
+			case Track:
+				ownFree = v.Properties
+			case Identify:
+				ownFree = v.Traits
+			case Group:
+				ownFree = v.Traits
+			case Page:
+				ownFree = v.Properties
+			case Screen:
+				ownFree = v.Properties
+			}
+			if free != "" {
+				delete(want, free)
+				var under map[string]any
+				if free == "properties" {
+					under = defProps
+				}
+				if merged := plainMerge(ownFree, under); merged != nil {
+					want[free] = merged
+				}
+			}
+			ctx := plainMerge(ownCtx, defCtx)
+			if ctx == nil {
+				ctx = map[string]any{}
+			}
+			if _, ok := ctx["library"]; !ok {
+				ctx["library"] = map[string]any{"name": LibraryName, "version": Version}
+			}
+			want["context"] = ctx
+			wantJSON, err := json.Marshal(want)
+			require.NoError(t, err)
+			var a, b any
+			require.NoError(t, json.Unmarshal(got, &a))
+			require.NoError(t, json.Unmarshal(wantJSON, &b))
+			require.Equal(t, b, a, "round %d, %s: defaults %v / %v", round, m.Type(), defCtx, defProps)
+		}
+	}
+}
+
+func randomMap(rng *rand.Rand, keys []string, value func() any) map[string]any {
+	m := map[string]any{}
+	for i, n := 0, 1+rng.IntN(5); i < n; i++ {
+		m[keys[rng.IntN(len(keys))]] = value()
+	}
+	return m
+}
+
+// plainMerge is the documented merge with plain maps: under's entries, then
+// own's over them; nil when both are nil and under is empty.
+func plainMerge(own, under map[string]any) map[string]any {
+	if own == nil && len(under) == 0 {
+		return nil
+	}
+	out := map[string]any{}
+	for k, v := range under {
+		out[k] = v
+	}
+	for k, v := range own {
+		out[k] = v
+	}
+	return out
+}
+
+// noDuplicateKeys reports a JSON object, at any depth, with a key twice.
+func noDuplicateKeys(data []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	var walk func() error
+	walk = func() error {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		switch tok {
+		case json.Delim('{'):
+			seen := map[string]bool{}
+			for dec.More() {
+				k, err := dec.Token()
+				if err != nil {
+					return err
+				}
+				if seen[k.(string)] {
+					return fmt.Errorf("key %q twice", k)
+				}
+				seen[k.(string)] = true
+				if err := walk(); err != nil {
+					return err
+				}
+			}
+			_, err = dec.Token()
+			return err
+		case json.Delim('['):
+			for dec.More() {
+				if err := walk(); err != nil {
+					return err
+				}
+			}
+			_, err = dec.Token()
+			return err
+		}
+		return nil
+	}
+	return walk()
 }

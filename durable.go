@@ -234,7 +234,7 @@ func openDurable(d *diskSettings, zlog *zap.Logger, withMessages bool) (*durable
 		ev := event{data: r.Data, seg: r.Seg, off: r.Off}
 		var m Message
 		if withMessages || !json.Valid(r.Data) {
-			m, err = decodeMessage(r.Data)
+			m, err = rebuildMessage(r.Data)
 		}
 		if err != nil {
 			// A record with a valid checksum that is not an event: skipped,

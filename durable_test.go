@@ -92,7 +92,7 @@ func TestDurableReplay(t *testing.T) {
 	first, sixth := cb2.successes[0][0], cb2.successes[0][5]
 	cb2.mu.Unlock()
 	tr, ok := first.(Track)
-	if !ok || tr.MessageID != "a1" || tr.UserID != "u1" || tr.Event != "Tested" || tr.Properties["n"] != 1.0 || tr.Timestamp.IsZero() {
+	if !ok || tr.MessageID != "a1" || tr.UserID != "u1" || tr.Event != "Tested" || tr.Properties["n"] != 1 || tr.Timestamp.IsZero() {
 		t.Fatalf("replayed message %#v", first)
 	}
 	if id, ok := sixth.(Identify); !ok || id.UserID != "u9" || id.Traits["plan"] != "pro" {

@@ -75,35 +75,32 @@ func (e *encoder) optionalString(key, v string) {
 // tail writes the free-form map (properties or traits), the context with
 // the library stamp, the integrations, and closes the object.
 func (e *encoder) tail(key string, m map[string]any, ctx, integrations map[string]any) error {
-	var defaultProps, defaultCtx map[string]any
+	var defaultProps, defaultCtx *encodedDefaults
 	if e.defaults != nil {
-		defaultCtx = e.defaults.context
+		defaultCtx = e.defaults.encodedContext
 		if key == "properties" {
-			defaultProps = e.defaults.properties
+			defaultProps = e.defaults.encodedProperties
 		}
 	}
 	if key != "" && (m != nil || defaultProps != nil) {
 		e.buf = append(e.buf, ',', '"')
 		e.buf = append(e.buf, key...)
 		e.buf = append(e.buf, '"', ':')
-		e.object(m, defaultProps, 0, "")
+		e.merged(m, defaultProps, false)
 		if e.err != nil {
 			return e.encodeError(key)
 		}
 	}
-	if stamp := "library"; !e.noLibrary || ctx != nil || defaultCtx != nil {
-		if e.noLibrary {
-			stamp = ""
-		}
+	if !e.noLibrary || ctx != nil || defaultCtx != nil {
 		e.buf = append(e.buf, `,"context":`...)
-		e.object(ctx, defaultCtx, 0, stamp)
+		e.merged(ctx, defaultCtx, !e.noLibrary)
 		if e.err != nil {
 			return e.encodeError("context")
 		}
 	}
 	if integrations != nil {
 		e.buf = append(e.buf, `,"integrations":`...)
-		e.object(integrations, nil, 0, "")
+		e.object(integrations, 0)
 		if e.err != nil {
 			return e.encodeError("integrations")
 		}
@@ -158,35 +155,57 @@ func pathKey(k string) string {
 // libraryJSON is the context.library value every event carries.
 var libraryJSON = `{"name":"` + LibraryName + `","version":"` + Version + `"}`
 
-// object writes m, then the entries of under (defaults, nil for none)
-// whose keys m does not have; with stampLibrary set (the context), it adds
-// the library entry unless m or under has its own.
-func (e *encoder) object(m, under map[string]any, depth int, stampLibrary string) {
-	if depth > maxNesting {
-		e.err = errTooDeep
-		return
-	}
+// merged writes one of an event's top-level maps: m, then the default
+// members whose keys m does not have (the event's own key wins, whatever
+// its value), as JSON encoded at New. With library set (the context), it
+// adds the library entry first unless m or the defaults have their own.
+func (e *encoder) merged(m map[string]any, under *encodedDefaults, library bool) {
 	e.buf = append(e.buf, '{')
 	first := true
-	if stampLibrary != "" {
-		_, own := m[stampLibrary]
-		_, byDefault := under[stampLibrary]
-		if !own && !byDefault {
+	if library {
+		if _, own := m["library"]; !own && (under == nil || !under.library) {
 			e.buf = append(e.buf, `"library":`...)
 			e.buf = append(e.buf, libraryJSON...)
 			first = false
 		}
 	}
 	for k, v := range m {
-		e.entry(&first, k, v, depth)
+		e.entry(&first, k, v, 0)
 		if e.err != nil {
 			return
 		}
 	}
-	for k, v := range under {
-		if _, own := m[k]; own {
-			continue // the event's own key wins
+	if under != nil {
+		if len(m) == 0 {
+			if !first {
+				e.buf = append(e.buf, ',')
+			}
+			e.buf = append(e.buf, under.all...)
+		} else {
+			for i, k := range under.keys {
+				if _, own := m[k]; own {
+					continue
+				}
+				if !first {
+					e.buf = append(e.buf, ',')
+				}
+				first = false
+				e.buf = append(e.buf, under.members[i]...)
+			}
 		}
+	}
+	e.buf = append(e.buf, '}')
+}
+
+// object writes the JSON object m.
+func (e *encoder) object(m map[string]any, depth int) {
+	if depth > maxNesting {
+		e.err = errTooDeep
+		return
+	}
+	e.buf = append(e.buf, '{')
+	first := true
+	for k, v := range m {
 		e.entry(&first, k, v, depth)
 		if e.err != nil {
 			return
@@ -234,7 +253,7 @@ func (e *encoder) value(v any, depth int) {
 	case float32:
 		e.float(float64(x), 32)
 	case map[string]any:
-		e.object(x, nil, depth, "")
+		e.object(x, depth)
 	case []any:
 		if x == nil {
 			e.buf = append(e.buf, "null"...)
@@ -391,7 +410,12 @@ const hexDigits = "0123456789abcdef"
 func appendString(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0
-	for i := 0; i < len(s); {
+	i := plainPrefix(s)
+	if i == len(s) {
+		b = append(b, s...)
+		return append(b, '"')
+	}
+	for i < len(s) {
 		c := s[i]
 		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
 			i++
@@ -427,6 +451,32 @@ func appendString(b []byte, s string) []byte {
 	}
 	b = append(b, s[start:]...)
 	return append(b, '"')
+}
+
+// plainPrefix returns the length of the longest prefix of s that needs no
+// escaping in JSON (printable ASCII other than '"' and '\\'), eight bytes at
+// a time.
+func plainPrefix(s string) int {
+	const lsb, msb = 0x0101010101010101, 0x8080808080808080
+	i := 0
+	for ; i+8 <= len(s); i += 8 {
+		x := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
+			uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+		quote, backslash := x^(lsb*'"'), x^(lsb*'\\')
+		special := (x - lsb*0x20) & ^x // a byte below 0x20
+		special |= (quote - lsb) & ^quote
+		special |= (backslash - lsb) & ^backslash
+		if (special|x)&msb != 0 { // or a byte of 0x80 and above
+			break
+		}
+	}
+	for i < len(s) {
+		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= utf8.RuneSelf {
+			break
+		}
+		i++
+	}
+	return i
 }
 
 // appendTimestamp appends t as time.RFC3339Nano would. Times in UTC (every

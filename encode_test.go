@@ -1,6 +1,7 @@
 package analytics
 
 import (
+	"bytes"
 	"encoding/json"
 	"math"
 	"math/rand/v2"
@@ -244,5 +245,34 @@ func TestFloatNotationMatchesEncodingJSON(t *testing.T) {
 		require.NoError(t, json.Unmarshal(want, &a))
 		require.NoError(t, json.Unmarshal(got.Properties.V, &b))
 		assert.Equal(t, a, b, "%T %v", v, v)
+	}
+}
+
+// appendString writes what encoding/json writes (without its HTML
+// escaping), for strings of every length around the eight-byte steps of its
+// fast path, with each special byte at each position.
+func TestAppendStringMatchesEncodingJSON(t *testing.T) {
+	specials := []string{"\"", "\\", "\n", "\x00", "\x1f", "\x7f", "é", "\xff", "€", "\u2028", " "}
+	for n := 0; n <= 20; n++ {
+		for pos := 0; pos <= n; pos++ {
+			for _, sp := range specials {
+				s := strings.Repeat("a", pos) + sp + strings.Repeat("b", n-pos)
+				var want bytes.Buffer
+				enc := json.NewEncoder(&want)
+				enc.SetEscapeHTML(false)
+				require.NoError(t, enc.Encode(s))
+				got := string(appendString(nil, s))
+				wantS := strings.TrimSuffix(want.String(), "\n")
+				// encoding/json writes U+2028 and U+2029 escaped; the
+				// encoder leaves them (valid JSON either way).
+				if strings.Contains(s, "\u2028") {
+					var back string
+					require.NoError(t, json.Unmarshal([]byte(got), &back))
+					require.Equal(t, s, back)
+					continue
+				}
+				require.Equal(t, wantS, got, "%q", s)
+			}
+		}
 	}
 }

@@ -12,7 +12,7 @@ func (c *Client) dispatch(ctx context.Context, wait bool, m Message) error {
 	sc := getScratch()
 	sc.enc.defaults = c.defaults
 	sc.enc.noLibrary = c.noLibrary
-	copied, err := prepareMessage(sc, m, c.withMessages)
+	copied, err := prepareMessage(sc, m, c.keepMessages)
 	err = c.settle.stats.count(c.accept(ctx, wait, sc, copied, err))
 	if err != nil {
 		c.settle.rejected() // the aggregated warning (R51)
@@ -68,7 +68,7 @@ func prepareMessage(sc *scratch, m Message, keep bool) (Message, error) {
 
 // accept ends an enqueue call (R2, R43, R45): prepare has encoded the event
 // into sc's encoder (or failed with err), and withCopy is the message for
-// callbacks (nil without callbacks). The JSON is copied into a slab and
+// callbacks (nil unless OnSuccess is registered: see settler.messages). The JSON is copied into a slab and
 // the event queued; without wait it never blocks, with wait it waits for
 // room until ctx ends. An enqueue call after Close returns ErrClosed,
 // whatever the event.

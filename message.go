@@ -23,12 +23,14 @@ type Integrations = map[string]any
 // Message is one of Track, Identify, Group, Page, Screen or Alias (values or
 // pointers). The set is closed: other types cannot implement it.
 //
-// Messages handed to callbacks are copies of the values that were sent,
-// with MessageID and Timestamp filled in when the caller left them empty.
-// Their top-level maps (Properties, Traits, Context, Integrations) are
-// copies too; nested values are shared. The client never keeps the
-// caller's own maps, so a map literal written at the call site can stay on
-// the caller's stack.
+// With WithOnSuccess registered, messages handed to callbacks are copies
+// of the values that were sent, made at enqueue, with MessageID and
+// Timestamp filled in when the caller left them empty. Their top-level maps
+// (Properties, Traits, Context, Integrations) are copies too; nested values
+// are shared. With WithOnError alone they are rebuilt from the JSON that
+// was sent, when the failure happens (WithOnError lists how they differ).
+// The client never keeps the caller's own maps, so a map literal written
+// at the call site can stay on the caller's stack.
 type Message interface {
 	// Validate reports a *MessageError when a required field is missing.
 	Validate() error

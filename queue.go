@@ -3,6 +3,7 @@ package analytics
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -72,6 +73,23 @@ func (q *queue) push(ev event) error {
 		q.mu.Unlock()
 		return ErrQueueFull
 	}
+	return q.pushLocked(ev)
+}
+
+// pushGranted is push with a place the capacity already gave this
+// producer (see capacity.await); after Close the place is returned.
+func (q *queue) pushGranted(ev event) error {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		q.places.release(1, true)
+		return ErrClosed
+	}
+	return q.pushLocked(ev)
+}
+
+// pushLocked queues ev, which has its place; it unlocks q.mu.
+func (q *queue) pushLocked(ev event) error {
 	if q.n == len(q.ring) {
 		q.grow()
 	}
@@ -92,27 +110,31 @@ func (q *queue) push(ev event) error {
 }
 
 // pushWait is push that waits for room until ctx ends (the blocking mode
-// of EnqueueContext). A call that finds room costs what push costs.
+// of EnqueueContext). A call that finds room costs what push costs. A call
+// that finds none joins the line of blocked producers (see capacity): it is
+// woken with a place of its own, in the order the producers came, once a
+// batch's worth of places is free, or at Close.
 func (q *queue) pushWait(ctx context.Context, ev event) error {
 	for {
-		err := q.push(ev)
-		if err != ErrQueueFull {
-			return err
+		if !q.places.queued() { // no barging past blocked producers
+			err := q.push(ev)
+			if err != ErrQueueFull {
+				return err
+			}
 		}
-		freed := q.places.await()
-		err = q.push(ev) // room may have been released before await
-		if err != ErrQueueFull {
-			q.places.done()
-			return err
-		}
+		w := q.places.await()
 		select {
-		case <-freed:
+		case <-w.woken:
 		case <-ctx.Done():
+			q.places.leave(w)
 		}
-		q.places.done()
+		if w.granted { // read after woken was closed, or under the lock in leave
+			return q.pushGranted(ev)
+		}
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("%w: %w", ErrQueueFull, err)
 		}
+		// Woken without a place: Close was called (push returns ErrClosed).
 	}
 }
 
@@ -172,8 +194,9 @@ func (q *queue) take(now time.Time) (*batch, time.Duration) {
 	if more {
 		q.openedAt = now // the rest opens the next batch
 	}
+	low := q.n < q.flushAt // too few left for another batch: blocked producers are needed now
 	q.mu.Unlock()
-	q.places.release(len(b.events)) // in a consumer's hands now, not held (R43)
+	q.places.release(len(b.events), low) // in a consumer's hands now, not held (R43)
 	if more {
 		signal(q.ready) // another consumer takes or times the rest
 	}
@@ -239,7 +262,7 @@ func (q *queue) drain() []event {
 		evs = append(evs, q.popLocked())
 	}
 	q.mu.Unlock()
-	q.places.release(len(evs))
+	q.places.release(len(evs), true)
 	return evs
 }
 
@@ -278,17 +301,36 @@ func (q *queue) outstanding() int {
 // (or in a consumer's hands on the way to one) do not count, so memory is
 // bounded by QueueCapacity + Consumers × FlushAt events. A producer
 // reserves a place with one atomic step; the queue and the waiting room
-// return places, and wake EnqueueContext calls that wait for room.
+// return places.
+//
+// EnqueueContext calls that find no room wait in a line, first come first
+// served. They are woken only when there is room for a useful amount of
+// work, wakeAt places (a batch), or when the queue is about to run dry (a
+// forced release), not once per place: each woken producer is given its
+// place (granted) as it is woken, in line order, so none can be starved by
+// the others and none wakes for nothing.
 type capacity struct {
 	held    atomic.Int64
 	limit   int64
-	waiters atomic.Int32
+	wakeAt  int64        // free places that wake the line (≥ 1)
+	waiters atomic.Int32 // len(line)
 
-	mu    sync.Mutex
-	freed chan struct{} // closed and replaced when places are released
+	mu   sync.Mutex
+	line []*blockedProducer // blocked producers, oldest first
 }
 
-func newCapacity(limit int) *capacity { return &capacity{limit: int64(limit)} }
+// blockedProducer is one producer waiting for room. woken is closed when
+// it leaves the line; granted (written under capacity.mu before woken is
+// closed) says it was given a place.
+type blockedProducer struct {
+	woken   chan struct{}
+	granted bool
+}
+
+func newCapacity(limit int) *capacity { return &capacity{limit: int64(limit), wakeAt: 1} }
+
+// wakeWhen sets the number of free places that wakes blocked producers.
+func (c *capacity) wakeWhen(places int) { c.wakeAt = max(1, min(int64(places), c.limit)) }
 
 // reserve takes one place if the limit allows it.
 func (c *capacity) reserve() bool {
@@ -306,38 +348,78 @@ func (c *capacity) reserve() bool {
 // full reports whether the limit is reached.
 func (c *capacity) full() bool { return c.held.Load() >= c.limit }
 
+// queued reports whether producers wait in line.
+func (c *capacity) queued() bool { return c.waiters.Load() > 0 }
+
 // hold takes n places whatever the limit: a batch returning to the waiting
 // room was accepted long ago and is never refused (R44).
 func (c *capacity) hold(n int) { c.held.Add(int64(n)) }
 
-// release returns n places and wakes whoever waits for room.
-func (c *capacity) release(n int) {
+// release returns n places and wakes the line if wakeAt places are free or
+// force is set (the queue runs dry: any room is useful).
+func (c *capacity) release(n int, force bool) {
 	c.held.Add(-int64(n))
 	if c.waiters.Load() > 0 {
-		c.wakeAll()
+		c.mu.Lock()
+		c.grantLocked(force)
+		c.mu.Unlock()
 	}
 }
 
-// await registers a waiter and returns a channel closed at the next
-// release; the waiter calls done when it stops waiting. A waiter must try
-// again after await, since room may have been released just before it.
-func (c *capacity) await() <-chan struct{} {
+// grantLocked gives free places to the line, oldest first, one each.
+func (c *capacity) grantLocked(force bool) {
+	if len(c.line) == 0 || (!force && c.limit-c.held.Load() < c.wakeAt) {
+		return
+	}
+	n := 0
+	for n < len(c.line) && c.reserve() {
+		w := c.line[n]
+		w.granted = true
+		close(w.woken)
+		n++
+	}
+	if n > 0 {
+		rest := copy(c.line, c.line[n:])
+		clear(c.line[rest:])
+		c.line = c.line[:rest]
+		c.waiters.Store(int32(rest))
+	}
+}
+
+// await puts the caller at the end of the line and returns its blockedProducer. If
+// room was released since the caller found none, the caller may be granted
+// at once (then woken is already closed).
+func (c *capacity) await() *blockedProducer {
+	w := &blockedProducer{woken: make(chan struct{})}
+	c.mu.Lock()
+	c.line = append(c.line, w)
+	c.waiters.Store(int32(len(c.line)))
+	// Room released since the caller found none goes to the line now,
+	// oldest first: a producer sleeps only while the client is full.
+	c.grantLocked(c.limit-c.held.Load() > 0)
+	c.mu.Unlock()
+	return w
+}
+
+// leave takes w out of the line when its caller stops waiting. If w was
+// granted meanwhile, it keeps its place (w.granted tells).
+func (c *capacity) leave(w *blockedProducer) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.waiters.Add(1)
-	if c.freed == nil {
-		c.freed = make(chan struct{})
+	if i := slices.Index(c.line, w); i >= 0 {
+		c.line = slices.Delete(c.line, i, i+1)
+		c.waiters.Store(int32(len(c.line)))
 	}
-	return c.freed
 }
 
-func (c *capacity) done() { c.waiters.Add(-1) }
-
+// wakeAll wakes every blocked producer without a place (Close).
 func (c *capacity) wakeAll() {
 	c.mu.Lock()
-	if c.freed != nil {
-		close(c.freed)
-		c.freed = nil
+	for _, w := range c.line {
+		close(w.woken)
 	}
+	clear(c.line)
+	c.line = c.line[:0]
+	c.waiters.Store(0)
 	c.mu.Unlock()
 }

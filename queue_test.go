@@ -3,6 +3,7 @@ package analytics
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -230,5 +231,99 @@ func TestQueueByteCountDoesNotDrift(t *testing.T) {
 		b, open := q.take(time.Now())
 		require.Nil(t, b, "a lone event is not a full batch")
 		assert.Equal(t, time.Hour, open)
+	})
+}
+
+// Blocked producers wait in a line: they are woken when a batch's worth of
+// places is free (wakeAt), or at once when the release is forced (the
+// queue runs dry), each given its own place, oldest first.
+func TestBlockedProducersWakeForABatchInLineOrder(t *testing.T) {
+	c := newCapacity(4)
+	c.wakeWhen(3)
+	c.hold(4) // full
+	woken := func(w *blockedProducer) bool {
+		select {
+		case <-w.woken:
+			return true
+		default:
+			return false
+		}
+	}
+	a, b, d := c.await(), c.await(), c.await()
+	require.False(t, woken(a) || woken(b) || woken(d), "no room, nobody woken")
+	c.release(1, false)
+	c.release(1, false)
+	assert.False(t, woken(a) || woken(b) || woken(d), "two free places are less than a batch")
+	c.release(1, false)
+	require.True(t, woken(a) && woken(b) && woken(d), "three free places wake the line")
+	assert.True(t, a.granted && b.granted && d.granted)
+	assert.Equal(t, int64(4), c.held.Load(), "each woken producer holds its place")
+	assert.False(t, c.queued())
+
+	e, f, g := c.await(), c.await(), c.await()
+	c.release(2, true)
+	assert.True(t, woken(e) && woken(f), "a forced release wakes the oldest")
+	assert.False(t, woken(g), "one place each: the third waits")
+	assert.True(t, e.granted && f.granted && !g.granted)
+	c.leave(g)
+	assert.False(t, c.queued())
+	c.release(1, false)
+	assert.False(t, woken(g), "a producer that left is not woken")
+
+	// Close wakes the line without places.
+	c.hold(int(c.limit - c.held.Load())) // full again
+	h := c.await()
+	require.False(t, woken(h))
+	c.wakeAll()
+	assert.True(t, woken(h))
+	assert.False(t, h.granted)
+}
+
+// Several producers blocked in EnqueueContext share the room fairly: each
+// is given places in turn, none runs ahead of another by more than a
+// batch, and everything arrives.
+func TestBlockedProducersAreServedFairly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := newFakeAPI(func(int, seen) reply { return reply{status: 200, hold: time.Second} })
+		cb := &callbacks{}
+		c := newTestClient(t, api, cb, WithQueueCapacity(6), WithFlushAt(3), WithConsumers(1))
+		const producers, each = 3, 15
+		var mu sync.Mutex
+		var order []int
+		var wg sync.WaitGroup
+		for p := 0; p < producers; p++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for k := 0; k < each; k++ {
+					err := c.EnqueueContext(context.Background(), Track{MessageID: fmt.Sprintf("p%d-%d", p, k), UserID: "u", Event: "E"})
+					if err != nil {
+						t.Errorf("producer %d: %v", p, err)
+						return
+					}
+					mu.Lock()
+					order = append(order, p)
+					mu.Unlock()
+				}
+			}()
+			synctest.Wait() // the producers join the line in this order
+		}
+		wg.Wait()
+		require.NoError(t, flush(t, c, time.Minute))
+		assert.Len(t, cb.delivered(), producers*each)
+		// The first producer filled the client (6 places, 3 in flight, 1
+		// that found the room the first take freed) before the others came.
+		// From then on, the room goes round: between two events of one
+		// producer, every other producer that is still going gets one.
+		counts := make([]int, producers)
+		for i, p := range order {
+			counts[p]++
+			if i < 10 || slices.Contains(counts, each) {
+				continue
+			}
+			lo, hi := slices.Min(counts), slices.Max(counts)
+			require.LessOrEqual(t, hi-lo-(10-1), 1, "after %d events: %v (order %v)", i+1, counts, order)
+		}
+		require.NoError(t, closeClient(t, c, time.Second))
 	})
 }

@@ -267,7 +267,7 @@ func (r *waitingRoom) expireLocked() []*batch {
 	for _, w := range r.waiting {
 		if w.b.rateLimited {
 			expired = append(expired, w.b)
-			r.places.release(len(w.b.events))
+			r.places.release(len(w.b.events), true)
 		} else {
 			kept = append(kept, w)
 		}
@@ -395,7 +395,7 @@ func (r *waitingRoom) next(now time.Time, held chan struct{}) (t turn) {
 	t.b = heap.Pop(&r.waiting).(waiter).b
 	more := len(r.waiting) > 0
 	r.mu.Unlock()
-	r.places.release(len(t.b.events))
+	r.places.release(len(t.b.events), true)
 	if more {
 		signal(r.ready) // another consumer takes or times the next one
 	}
@@ -416,7 +416,7 @@ func (r *waitingRoom) close() []*batch {
 		n += len(w.b.events)
 	}
 	r.waiting = nil
-	r.places.release(n) // handed back: no longer held (R43)
+	r.places.release(n, true) // handed back: no longer held (R43)
 	return bs
 }
 

@@ -43,6 +43,7 @@ func TestRedirectErrorShowsLocation(t *testing.T) {
 				c, err := New("secretkey123", append(cb.options(), WithEndpoint("http://api.test"),
 					WithHTTPClient(&http.Client{Transport: api}), WithFlushAt(1))...)
 				require.NoError(t, err)
+				auditLater(t, c, cb)
 				mustTrack(t, c, "m1")
 				require.NoError(t, closeClient(t, c, time.Second))
 				require.Len(t, api.requests(), 1, "nothing sent to the Location")

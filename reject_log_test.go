@@ -24,6 +24,7 @@ func TestRejectionsReachTheLogs(t *testing.T) {
 		c, err := New("wk", WithEndpoint("http://api.test"), WithHTTPClient(&http.Client{Transport: api}),
 			WithLogger(zap.New(core)))
 		require.NoError(t, err)
+		auditLater(t, c, nil)
 		rejected := func() []observer.LoggedEntry {
 			return logs.FilterMessage("enqueue calls rejected; their events will not be sent").All()
 		}

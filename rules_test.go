@@ -148,7 +148,7 @@ func TestFlushIntervalWhileABatchWaits(t *testing.T) {
 		time.Sleep(interval + 10*time.Millisecond) // no Flush: it would close e2's batch at once
 		synctest.Wait()
 		e2 := requestsFor(api.requests(), "e2")
-		require.Equal(t, 1, len(e2))
+		require.Equal(t, 1, len(e2), "e2's batch has left FlushInterval after its first event")
 		assert.Equal(t, interval, e2[0].at.Sub(opened), "e2's batch leaves FlushInterval after its first event")
 		assert.Equal(t, 1, len(requestsFor(api.requests(), "e1")), "e2 went before e1's retry was due")
 		require.NoError(t, closeClient(t, c, time.Minute))
@@ -321,7 +321,8 @@ func TestEventSentAtSmallestEventsStayUnderTheBodyLimit(t *testing.T) {
 		c := newTestClient(t, api, cb, WithEventSentAt(true), WithFlushAt(MaxFlushAt), WithQueueCapacity(20_000),
 			WithFlushInterval(time.Hour), WithConsumers(1))
 		time.Sleep(1234567891 * time.Nanosecond) // every timestamp has nine fractional digits
-		const n = 6000
+		// More events than one batch holds (about 2 900 with the sentAt bytes).
+		const n = 3500
 		for i := range n {
 			// A library entry of the caller's replaces the client's: about 121 bytes of JSON.
 			require.NoError(t, c.Track(Track{MessageID: fmt.Sprintf("%05d", i), UserID: "u", Event: "e", Context: Context{"library": 1}}))

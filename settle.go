@@ -88,7 +88,7 @@ func (s *settler) events(evs []event, err error) {
 	case err == nil:
 		s.stats.delivered.Add(n)
 		if s.onSuccess != nil {
-			s.callback(func() { s.onSuccess(messages(evs)) })
+			s.callback(func() { s.onSuccess(s.messages(evs)) })
 		}
 	default:
 		if handedBack {
@@ -105,7 +105,7 @@ func (s *settler) events(evs []event, err error) {
 			s.log.Error("events not delivered", zap.Int64("events", n), zap.Error(err))
 		}
 		if s.onError != nil {
-			s.callback(func() { s.onError(err, messages(evs)) })
+			s.callback(func() { s.onError(err, s.messages(evs)) })
 		}
 	}
 	s.ledger.discharge(evs)
@@ -123,10 +123,27 @@ func (s *settler) callback(f func()) {
 	f()
 }
 
-func messages(evs []event) []Message {
-	msgs := make([]Message, len(evs))
+// messages are the Messages a callback gets for evs. An event carries a
+// copy made at enqueue only when OnSuccess is registered: a delivered event
+// is the common case and a copy costs less than decoding (bench_test.go,
+// BenchmarkCallbackMessages). Otherwise (OnError alone, and events replayed
+// from disk) the message is rebuilt from the event's JSON here, while the
+// JSON is still held: enqueue then costs what it costs without callbacks,
+// and a held event is no larger. rebuildMessage says how a rebuilt message
+// can differ from the caller's (WithOnError documents it). Our own JSON
+// always decodes; should it not, the event is left out and logged.
+func (s *settler) messages(evs []event) []Message {
+	msgs := make([]Message, 0, len(evs))
 	for i := range evs {
-		msgs[i] = evs[i].msg
+		m := evs[i].msg
+		if m == nil {
+			var err error
+			if m, err = rebuildMessage(evs[i].data); err != nil {
+				s.log.Error("cannot rebuild an event's message for a callback", zap.Error(err))
+				continue
+			}
+		}
+		msgs = append(msgs, m)
 	}
 	return msgs
 }
