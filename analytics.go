@@ -140,8 +140,8 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 	policy := retryPolicy{
 		maxRetries:      s.MaxRetries,
 		maxBackoffTotal: s.MaxTotalBackoffDuration,
-		backoff:         s.Backoff,
 		httpTimeout:     s.HTTPTimeout,
+		delay:           s.Backoff.delay,
 		retryDelay:      s.compat.RetryDelay,
 		stop:            c.stopRetries,
 	}

@@ -4,8 +4,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
-
 	"github.com/relaykit/analytics-go/internal/diskbuf"
 )
 
@@ -27,18 +25,19 @@ type batch struct {
 	events []event
 	bytes  int // encoded events plus separators (R45)
 
-	attempts     int                         // attempts made; X-Retry-Count of the next one (R7)
-	retries      int                         // counted retries scheduled (R27)
-	retryPending bool                        // the next attempt is a counted retry (counted in Stats when sent)
-	rateLimited  bool                        // waits for a Retry-After deadline, not for its backoff (R35)
-	awaitToken   bool                        // waits for an OAuth access token (R50)
-	backoff      *backoff.ExponentialBackOff // created at the first counted failure (R26)
-	firstFailure time.Time                   // first counted failure, monotonic (R28)
-	lastErr      error                       // last *HTTPError or *TransportError
-	lastStatus   int                         // last HTTP status received, 0 if none
-	tooMany      int                         // 429s without a usable Retry-After in a row (R68)
-	isolation    *isolation                  // request budget of a 400 being isolated (R66); nil if none
-	cut          bool                        // a half of a split (R3, R66, R68): sent as it is
+	attempts     int        // attempts made; X-Retry-Count of the next one (R7)
+	retries      int        // counted retries scheduled (R27)
+	retryPending bool       // the next attempt is a counted retry (counted in Stats when sent)
+	rateLimited  bool       // waits for a Retry-After deadline, not for its backoff (R35)
+	awaitToken   bool       // waits for an OAuth access token (R50)
+	epoch        uint64     // the room's 2xx count at the streak's start (R61)
+	streak       int        // counted failures since the server last answered 2xx (R61)
+	firstFailure time.Time  // first counted failure, monotonic (R28)
+	lastErr      error      // last *HTTPError or *TransportError
+	lastStatus   int        // last HTTP status received, 0 if none
+	tooMany      int        // 429s without a usable Retry-After in a row (R68)
+	isolation    *isolation // request budget of a 400 being isolated (R66); nil if none
+	cut          bool       // a half of a split (R3, R66, R68): sent as it is
 }
 
 // batches keeps ended batches for reuse: a batch's event slice (FlushAt

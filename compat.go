@@ -74,6 +74,10 @@ func (r *waitingRoom) dueNow(now time.Time) {
 	r.mu.Lock()
 	r.noWait = true
 	r.deadline, r.start = time.Time{}, time.Time{}
+	if r.answer != nil { // no episode, no probe (R64): nobody waits for one
+		close(r.answer)
+		r.answer = nil
+	}
 	for i := range r.waiting {
 		if r.waiting[i].due.After(now) {
 			r.waiting[i].due = now

@@ -29,7 +29,7 @@ const (
 	// DefaultHTTPTimeout bounds one HTTP attempt.
 	DefaultHTTPTimeout = 10 * time.Second
 	// DefaultMaxRetries is the number of counted (backoff) retries of a batch.
-	DefaultMaxRetries = 10
+	DefaultMaxRetries = 1000
 	// DefaultMaxTotalBackoffDuration bounds the time from a batch's first
 	// counted failure to its last counted retry decision.
 	DefaultMaxTotalBackoffDuration = 12 * time.Hour
@@ -182,8 +182,9 @@ func WithFlushAt(n int) Option {
 	return optionFunc(func(s *settings) { s.FlushAt = n })
 }
 
-// WithFlushInterval sets how long a batch may stay open after a consumer
-// took its first event (default 5 s; positive, at most MaxFlushInterval).
+// WithFlushInterval sets how long a batch may stay open after its first
+// event was accepted (default 5 s; positive, at most MaxFlushInterval)
+// (R46).
 func WithFlushInterval(d time.Duration) Option {
 	return optionFunc(func(s *settings) { s.FlushInterval = d })
 }
@@ -214,8 +215,9 @@ func WithHTTPTimeout(d time.Duration) Option {
 }
 
 // WithMaxRetries sets how many counted (backoff) retries a batch may make
-// (default 10; from 0 to MaxMaxRetries). 0 means one attempt and no counted
+// (default 1000; from 0 to MaxMaxRetries). 0 means one attempt and no counted
 // retry. Retries asked for by a usable Retry-After never count (R27, R30).
+// With the default, MaxTotalBackoffDuration is the bound that matters.
 func WithMaxRetries(n int) Option {
 	return optionFunc(func(s *settings) { s.MaxRetries = n })
 }
@@ -224,9 +226,9 @@ func WithMaxRetries(n int) Option {
 // failure to a counted retry decision (default 12 h): when at least this much
 // has elapsed, the batch fails with ErrBackoffDurationExceeded. 0 means no
 // counted retry; negative values and values above MaxMaxTotalBackoffDuration
-// fail New (R28). With the default MaxRetries
-// the schedule ends after about 268 s, so this only matters when MaxRetries
-// is raised.
+// fail New (R28). With the default MaxRetries (1000) this is the bound that
+// ends a long outage: waits during a failure streak reach about 60 s, so a
+// thousand retries take more than 16 h.
 func WithMaxTotalBackoffDuration(d time.Duration) Option {
 	return optionFunc(func(s *settings) { s.MaxTotalBackoffDuration = d })
 }

@@ -30,7 +30,7 @@ func TestDefaultConfig(t *testing.T) {
 		QueueCapacity:           10_000,
 		Consumers:               DefaultConsumers,
 		HTTPTimeout:             10 * time.Second,
-		MaxRetries:              10,
+		MaxRetries:              1000,
 		MaxTotalBackoffDuration: 43_200 * time.Second,
 		MaxRateLimitDuration:    43_200 * time.Second,
 		CloseTimeout:            30 * time.Second,

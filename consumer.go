@@ -2,7 +2,8 @@ package analytics
 
 import (
 	"context"
-	"net/http"
+	"math"
+	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
@@ -26,6 +27,7 @@ type consumer struct {
 	interrupt context.Context // cancelled when Close's deadline interrupts delivery
 	retire    <-chan struct{} // closed when Close no longer needs consumers
 	timer     *time.Timer
+	probe     chan struct{}     // the probe this consumer holds after a deadline, nil if none (R64)
 	onAttempt func(AttemptInfo) // WithAttemptHook; nil without (see observe.go)
 	limits    *limits           // what the server's refusals taught (isolate.go)
 }
@@ -34,10 +36,12 @@ type consumer struct {
 type retryPolicy struct {
 	maxRetries      int
 	maxBackoffTotal time.Duration
-	backoff         BackoffPolicy
 	httpTimeout     time.Duration
-	retryDelay      func(k int) time.Duration // shared.Compat RetryDelay; nil: the backoff (compat.go)
-	stop            *atomic.Bool              // shared.Compat FastClose: no retry once set; nil without
+	// delay is the wait before the k-th counted retry of a streak (k ≥ 1,
+	// R26, R61): BackoffPolicy.delay unless the configuration replaces it.
+	delay      func(k int) time.Duration
+	retryDelay func(k int) time.Duration // shared.Compat RetryDelay; nil: delay (compat.go)
+	stop       *atomic.Bool              // shared.Compat FastClose: no retry once set; nil without
 }
 
 func (w *consumer) run() {
@@ -54,22 +58,25 @@ func (w *consumer) run() {
 }
 
 // next returns the next batch to send, or nil when the client shuts down.
-// Nothing is taken while the rate-limit gate is closed (R32); then batches
-// that are due go before new ones, oldest due first (R47).
+// Nothing is taken while the rate-limit gate is shut (R32, R64); then
+// batches that are due go before new ones, oldest due first (R47).
 func (w *consumer) next() *batch {
 	for {
 		if w.interrupt.Err() != nil {
 			return nil
 		}
 		now := time.Now()
-		b, wait, closed, expired := w.room.next(now)
-		w.settle.rateLimitExceeded(expired)
-		if b != nil {
-			return b
+		t := w.room.next(now, w.probe)
+		w.settle.rateLimitExceeded(t.gate.expired)
+		if t.gate.probe != nil {
+			w.probe = t.gate.probe
 		}
-		if closed {
+		if t.b != nil {
+			return t.b
+		}
+		if t.gate.shut() {
 			w.settle.stats.rateLimitWaits.Add(1)
-			if !w.sleep(wait, nil) {
+			if !w.sleepGate(t.gate) {
 				return nil
 			}
 			continue
@@ -78,12 +85,28 @@ func (w *consumer) next() *batch {
 		if b != nil {
 			return b
 		}
+		w.endProbe() // nothing to probe with: the gate opens for everyone
+		wait := t.wait
 		if open >= 0 && (wait < 0 || open < wait) {
 			wait = open
 		}
 		if !w.sleep(wait, w.retire) {
 			return nil
 		}
+	}
+}
+
+// sleepGate waits at a shut gate: for its deadline, or for the answer to
+// another consumer's probe (R64). It reports false at shutdown.
+func (w *consumer) sleepGate(g gateState) bool {
+	if g.answer == nil {
+		return w.sleep(g.wait, nil)
+	}
+	select {
+	case <-g.answer:
+		return true
+	case <-w.interrupt.Done():
+		return false
 	}
 }
 
@@ -113,10 +136,12 @@ func (w *consumer) sleep(d time.Duration, retire <-chan struct{}) bool {
 	return true
 }
 
-// attempt makes one attempt of b and passes b on. The loop around attempts
-// is ours; the backoff library only supplies delays.
+// attempt makes one attempt of b and passes b on as classify decides. The
+// loop around attempts is ours.
 func (w *consumer) attempt(b *batch) {
-	if w.fit(b) || !w.passGate(b) || !w.authorize(b) { // fit: R67, R68
+	defer w.endProbe() // the probe's answer is in (or it was never sent): R64
+	// fit: a batch over a learned limit is cut before it is sent (R67, R68).
+	if w.fit(b) || !w.passGate(b) || !w.authorize(b) {
 		return
 	}
 	if b.retryPending {
@@ -136,10 +161,12 @@ func (w *consumer) attempt(b *batch) {
 		return
 	}
 
-	v := classify(resp, err, now)
+	v := classify(resp, err, attemptOf{now: now, events: len(b.events), bearer: w.auth != nil})
 	if err == nil {
 		b.lastStatus = resp.status
-		v = w.reviewAuth(resp.status, v) // R50
+	}
+	if v.dropToken {
+		w.auth.invalidate(w.sender.auth) // R50
 	}
 	if v.outcome != outcomeDelivered {
 		b.lastErr = v.err
@@ -160,12 +187,11 @@ func (w *consumer) attempt(b *batch) {
 	}
 	switch v.outcome {
 	case outcomeDelivered:
+		w.room.succeeded(now) // R60–R62
 		w.settle.delivered(b)
+	case outcomeSplit:
+		w.split(b, now) // R3: the server stored nothing
 	case outcomeFailed:
-		if b.lastStatus == http.StatusRequestEntityTooLarge && err == nil && len(b.events) > 1 {
-			w.split(b, now) // R3: the server stored nothing
-			return
-		}
 		w.settle.failed(b, b.lastErr)
 	case outcomeRateLimited:
 		w.settle.stats.rateLimited.Add(1)
@@ -182,15 +208,26 @@ func (w *consumer) attempt(b *batch) {
 	}
 }
 
-// passGate checks the shared gate right before sending (R32): if another
-// consumer's response closed it since b was taken, b goes back to the
+// endProbe gives up the probe this consumer holds, if any (R64).
+func (w *consumer) endProbe() {
+	if w.probe != nil {
+		w.room.endProbe(w.probe)
+		w.probe = nil
+	}
+}
+
+// passGate checks the shared gate right before sending (R32, R64): if
+// another consumer's response shut it since b was taken, b goes back to the
 // waiting room (no attempt was made, nothing is counted) and passGate
 // returns false.
 func (w *consumer) passGate(b *batch) bool {
 	now := time.Now()
-	wait, expired := w.room.gate(now)
-	w.settle.rateLimitExceeded(expired)
-	if wait <= 0 {
+	g := w.room.gate(now, w.probe)
+	w.settle.rateLimitExceeded(g.expired)
+	if g.probe != nil {
+		w.probe = g.probe
+	}
+	if !g.shut() {
 		return true
 	}
 	if !w.room.wait(b, now) {
@@ -199,8 +236,8 @@ func (w *consumer) passGate(b *batch) bool {
 	return false
 }
 
-// retryLater schedules a counted retry of b (R26–R28), or fails it when a
-// budget is spent.
+// retryLater schedules a counted retry of b (R26–R28, R61), or fails it
+// when a budget is spent.
 func (w *consumer) retryLater(b *batch, now time.Time) {
 	if b.firstFailure.IsZero() {
 		b.firstFailure = now
@@ -213,12 +250,10 @@ func (w *consumer) retryLater(b *batch, now time.Time) {
 		w.settle.failed(b, &DeliveryError{Reason: ErrBackoffDurationExceeded, Last: b.lastErr, Attempts: b.attempts})
 		return
 	}
+	k := w.room.failed(b) // R61: k restarts at every 2xx to anyone
 	d, custom := w.policy.compatDelay(b.retries)
 	if !custom {
-		if b.backoff == nil {
-			b.backoff = newBackoff(w.policy.backoff)
-		}
-		d = b.backoff.NextBackOff() // R26: never Stop with MaxElapsedTime 0
+		d = w.policy.delay(k)
 	}
 	b.retries++
 	b.retryPending = true
@@ -233,7 +268,7 @@ func (w *consumer) retryLater(b *batch, now time.Time) {
 // first, so that one oversized event fails alone instead of taking the
 // others with it. Nothing was stored, so nothing is duplicated. Each half
 // carries on b's attempt count (X-Retry-Count continues, R7) and its
-// budgets: counted retries used, first counted failure, backoff state. A
+// budgets: counted retries used, first counted failure, failure streak. A
 // split is not a retry of its own and spends no budget.
 func (w *consumer) split(b *batch, now time.Time) {
 	b.rateLimited, b.retryPending, b.cut = false, false, true
@@ -241,6 +276,43 @@ func (w *consumer) split(b *batch, now time.Time) {
 	first, second := w.halve(b) // isolate.go
 	w.park(first, second, now, now)
 }
+
+// authorize sets the Authorization header of b's next attempt to the
+// current bearer token (R50) and reports true. Without a token it puts b
+// in the waiting room until one arrives and reports false; when the token
+// source failed for good, b fails with that *OAuthError. Without OAuth it
+// does nothing.
+func (w *consumer) authorize(b *batch) bool {
+	if w.auth == nil {
+		return true
+	}
+	now := time.Now()
+	header, due, failure := w.auth.token(now)
+	if header != "" {
+		b.awaitToken = false
+		w.sender.auth = header
+		return true
+	}
+	if failure != nil && failure.Permanent {
+		b.awaitToken = false
+		w.settle.failed(b, failure)
+		return false
+	}
+	b.awaitToken = true
+	if !w.room.wait(b, due) {
+		w.settle.handBack(b, nil)
+		return false
+	}
+	// The token may have arrived between the look above and the wait, its
+	// wake-up finding no batch: look again, so b does not sleep until due.
+	if header, _, failure := w.auth.token(time.Now()); header != "" || (failure != nil && failure.Permanent) {
+		w.room.reschedule(time.Now(), awaitsToken)
+	}
+	return false
+}
+
+// awaitsToken picks the batches that wait for an OAuth token (R50).
+func awaitsToken(b *batch) bool { return b.awaitToken }
 
 // eventBytes is the size of evs in a body: their JSON and the commas
 // between them (R45).
@@ -258,6 +330,19 @@ func (w *consumer) endEpisode() {
 	}
 }
 
+// delay is the wait before the k-th counted retry of a streak (k ≥ 1; R26,
+// R61): a uniform draw from [1 − RandomizationFactor, 1 +
+// RandomizationFactor] × min(MaxInterval, InitialInterval ×
+// Multiplier^(k−1)), the interval ExponentialBackOff returns from its k-th
+// NextBackOff. It keeps no state, so k may restart at any time.
+func (p BackoffPolicy) delay(k int) time.Duration {
+	d := float64(p.InitialInterval) * math.Pow(p.Multiplier, float64(k-1))
+	d = min(d, float64(p.MaxInterval))
+	delta := p.RandomizationFactor * d
+	return time.Duration(d - delta + rand.Float64()*2*delta)
+}
+
+// newBackoff is the ExponentialBackOff of p, for the OAuth token source.
 func newBackoff(p BackoffPolicy) *backoff.ExponentialBackOff {
 	return backoff.NewExponentialBackOff(
 		backoff.WithInitialInterval(p.InitialInterval),

@@ -321,14 +321,20 @@ func TestBackoffScheduleAndJitter(t *testing.T) {
 	}
 	assert.GreaterOrEqual(t, hi-lo, 50*time.Millisecond, "gap_4 values %v", gap4)
 
-	// Unit part: from k = 8 on the wait lies in [54, 66] s and still varies.
-	b := newBackoff(DefaultBackoffPolicy())
+	// Unit part: the consumers' schedule gives, for every k, a wait in the
+	// window of the library's k-th NextBackOff; from k = 8 on (up to k =
+	// 1000, MaxRetries' default) it lies in [54, 66] s and still varies.
+	p := DefaultBackoffPolicy()
+	b := newBackoff(p)
 	seenWaits := map[time.Duration]bool{}
-	for k := 1; k <= 40; k++ {
-		d := b.NextBackOff()
-		require.NotEqual(t, time.Duration(-1), d, "NextBackOff returned Stop")
+	for k := 1; k <= 1000; k++ {
+		lib := b.NextBackOff()
+		require.NotEqual(t, time.Duration(-1), lib, "NextBackOff returned Stop")
+		d := p.delay(k)
+		lo, hi := window(k)
+		within(t, fmt.Sprintf("wait_%d", k), d, lo, hi)
+		within(t, fmt.Sprintf("library wait_%d", k), lib, lo, hi)
 		if k >= 8 {
-			within(t, fmt.Sprintf("wait_%d", k), d, 54*time.Second, 66*time.Second)
 			seenWaits[d] = true
 		}
 	}

@@ -38,12 +38,13 @@
 // uses to drop repeats, and a batch is re-sent with the same events and
 // ids. Only a 2xx response counts as delivered. Retryable responses (408,
 // 410, 429, 460 and 5xx except 501, 505 and 511) and transport errors are
-// retried with exponential backoff (0.5 s doubling to 60 s, ±10 % jitter,
-// MaxRetries 10 by default); a usable Retry-After, capped at 300 s, pauses
-// every consumer instead and does not count as a retry. Each accepted event
-// ends in exactly one callback: OnSuccess (delivered), OnError with a
-// failure, or OnError with ErrShutdownInterrupted when Close's deadline
-// handed it back.
+// retried with exponential backoff that follows the server's health (0.5 s
+// while other batches are delivered, doubling to 60 s only while nothing
+// is, ±10 % jitter, MaxRetries 1000 by default); a usable Retry-After,
+// capped at 300 s, pauses every consumer instead and does not count as a
+// retry. Each accepted event ends in exactly one callback: OnSuccess
+// (delivered), OnError with a failure, or OnError with
+// ErrShutdownInterrupted when Close's deadline handed it back.
 //
 // With WithOAuth, uploads carry an OAuth 2.0 bearer token (client
 // credentials, private-key JWT) instead of the write key's credentials, and

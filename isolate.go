@@ -239,7 +239,7 @@ func (w *consumer) isolate(b *batch, now time.Time) bool {
 
 // splitTooMany answers the second 429 in a row without a usable
 // Retry-After on a batch larger than any delivered since (R68): the batch
-// is halved and the halves wait the first backoff delay, each with its own
+// is halved and the halves wait the first counted delay, each with its own
 // jitter. This is the batch's counted retry: both halves carry it, and
 // when a budget is spent the batch fails as R27 and R28 say.
 func (w *consumer) splitTooMany(b *batch, now time.Time) bool {
@@ -250,22 +250,34 @@ func (w *consumer) splitTooMany(b *batch, now time.Time) bool {
 		return false // retryLater fails it with the budget's reason
 	}
 	w.limits.refusedCount(len(b.events))
+	w.room.failed(b) // a counted failure, for the server's health (R60, R61)
+	first := b.retries
 	b.retries++
 	b.retryPending = true
 	b.rateLimited = false
-	b.backoff = nil // each half starts its own backoff at the first delay
 	w.log.Debug("batch answered 429 twice without Retry-After: sending it again as two halves",
 		zap.Int("events", len(b.events)))
 	b.cut = true
-	first, second := w.halve(b)
-	w.park(first, second, now.Add(newBackoff(w.policy.backoff).NextBackOff()), now.Add(newBackoff(w.policy.backoff).NextBackOff()))
+	h1, h2 := w.halve(b)
+	w.park(h1, h2, now.Add(w.firstDelay(first)), now.Add(w.firstDelay(first)))
 	return true
+}
+
+// firstDelay is the wait of a half after a split on repeated 429s (R68):
+// the first counted delay (R26's d_1, its own jitter each call), or what
+// the compatibility configuration sets for retry number retries.
+func (w *consumer) firstDelay(retries int) time.Duration {
+	if d, custom := w.policy.compatDelay(retries); custom {
+		return d
+	}
+	return w.policy.delay(1)
 }
 
 // halve cuts b into two batches, the first half (len/2 events) staying in
 // b; same events in the same order. The second carries on everything b
 // carries: attempts (X-Retry-Count, R7), counted retries, first counted
-// failure, backoff state, flags, the last answer and the isolation budget.
+// failure, failure streak (R61), flags, the last answer and the isolation
+// budget.
 // A split after an answer marks b cut first (R3, R66, R68); a cut before
 // sending (fit) does not, so its halves are cut again if still too large.
 func (w *consumer) halve(b *batch) (first, second *batch) {
@@ -278,10 +290,6 @@ func (w *consumer) halve(b *batch) (first, second *batch) {
 	events := second.events
 	*second = *b
 	second.events, second.bytes = events, eventBytes(events)
-	if b.backoff != nil {
-		bo := *b.backoff // the state travels; the instance is not shared
-		second.backoff = &bo
-	}
 	return b, second
 }
 

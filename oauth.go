@@ -1,7 +1,6 @@
 package analytics
 
 import (
-	"container/heap"
 	"context"
 	"crypto/rand"
 	"crypto/rsa"
@@ -386,10 +385,10 @@ func (t *tokenSource) fetch(ctx context.Context) {
 	switch {
 	case ferr == nil:
 		t.log.Debug("oauth token obtained", zap.Duration("lifetime", lifetime))
-		t.room.tokenChanged(now)
+		t.room.reschedule(now, awaitsToken)
 	case ferr.Permanent:
 		t.log.Error("oauth token request failed; batches waiting for a token fail", zap.Error(ferr))
-		t.room.tokenChanged(now)
+		t.room.reschedule(now, awaitsToken)
 	default:
 		t.log.Warn("oauth token request failed; retrying", zap.Error(ferr), zap.Duration("retryIn", retryIn))
 	}
@@ -539,79 +538,4 @@ func rateLimitWait(h http.Header, now time.Time) time.Duration {
 func clockProblem(desc string) bool {
 	d := strings.ToLower(desc)
 	return strings.Contains(d, "expired") || strings.Contains(d, "before issued") || strings.Contains(d, "not yet valid")
-}
-
-// tokenChanged makes every batch that waits for a token due at once: a
-// token arrived, or the token source failed for good and they must fail.
-func (r *waitingRoom) tokenChanged(now time.Time) {
-	r.mu.Lock()
-	n := 0
-	for i := range r.waiting {
-		if r.waiting[i].b.awaitToken {
-			r.waiting[i].due = now
-			n++
-		}
-	}
-	if n > 0 {
-		heap.Init(&r.waiting)
-	}
-	r.mu.Unlock()
-	if n > 0 {
-		signal(r.ready)
-	}
-}
-
-// authorize sets the Authorization header of b's next attempt to the
-// current bearer token (R50) and reports true. Without a token it puts b
-// in the waiting room until one arrives and reports false; when the token
-// source failed for good, b fails with that *OAuthError. Without OAuth it
-// does nothing.
-func (w *consumer) authorize(b *batch) bool {
-	if w.auth == nil {
-		return true
-	}
-	now := time.Now()
-	header, due, failure := w.auth.token(now)
-	if header != "" {
-		b.awaitToken = false
-		w.sender.auth = header
-		return true
-	}
-	if failure != nil && failure.Permanent {
-		b.awaitToken = false
-		w.settle.failed(b, failure)
-		return false
-	}
-	b.awaitToken = true
-	if !w.room.wait(b, due) {
-		w.settle.handBack(b, nil)
-		return false
-	}
-	// The token may have arrived between the look above and the wait, its
-	// wake-up finding no batch: look again, so b does not sleep until due.
-	if header, _, failure := w.auth.token(time.Now()); header != "" || (failure != nil && failure.Permanent) {
-		w.room.tokenChanged(time.Now())
-	}
-	return false
-}
-
-// reviewAuth applies R50 to a response of the tracking API: a 400, 401,
-// 403 or 511 drops the token that attempt used, and a 511 becomes a
-// counted retry (it will carry a fresh token). Without OAuth, v is
-// returned unchanged and 511 stays non-retryable (R13).
-func (w *consumer) reviewAuth(status int, v verdict) verdict {
-	if w.auth == nil {
-		return v
-	}
-	switch status {
-	case http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusNetworkAuthenticationRequired:
-		w.auth.invalidate(w.sender.auth)
-	}
-	if status == http.StatusNetworkAuthenticationRequired {
-		v.outcome, v.kind = outcomeRetry, KindRetryable
-		if he, ok := v.err.(*HTTPError); ok {
-			he.Kind = KindRetryable
-		}
-	}
-	return v
 }

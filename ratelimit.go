@@ -1,19 +1,24 @@
 package analytics
 
 import (
+	"cmp"
 	"container/heap"
+	"math/bits"
+	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 )
 
-// waitingRoom is where a batch waits to be sent again, and the rate-limit
-// state every consumer shares (R29, R31–R35, R55). A batch waits here for
-// its counted backoff or for a Retry-After deadline, ordered by the instant
-// it may be sent again, and holds no consumer meanwhile. The gate is the
-// deadline before which nobody sends anything; the episode is when rate
-// limiting began. They are kept apart: the deadline is cleared when it has
-// been served (R33), the episode when rate limiting stops (R34). One mutex
-// guards it all.
+// waitingRoom is where a batch waits to be sent again, and the state about
+// the server every consumer shares (R29, R31–R35, R55, R60). A batch waits
+// here for its counted backoff or for a Retry-After deadline, ordered by
+// the instant it may be sent again, and holds no consumer meanwhile. The
+// gate is the deadline before which nobody sends anything; the episode is
+// when rate limiting began. They are kept apart: the deadline is cleared
+// when it has been served (R33), the episode when rate limiting stops
+// (R34). Beside them the room keeps the server's health (R60–R63): how many
+// 2xx answers arrived, and the retry allowance. One mutex guards it all.
 type waitingRoom struct {
 	mu     sync.Mutex
 	limit  time.Duration // MaxRateLimitDuration
@@ -22,15 +27,171 @@ type waitingRoom struct {
 	deadline time.Time // the gate; zero: open. Monotonic (R36).
 	start    time.Time // episode start; zero: no episode. Monotonic.
 	waiting  dueOrder
-	seq      uint64 // arrival order, for ties of due instants
-	closed   bool   // Close has handed everything back: nothing may enter
-	noWait   bool   // Close waits for no retry (dueNow, compat.go): everything is due at once
+	answer   chan struct{} // a probe is out (R64); closed at its answer
+	seq      uint64        // arrival order, for ties of due instants
+	closed   bool          // Close has handed everything back: nothing may enter
+	noWait   bool          // Close waits for no retry (dueNow, compat.go): everything is due at once
+
+	health health
+	// release is the first counted wait d_1 (R62): after a 2xx, no counted
+	// retry stays due later than this.
+	release time.Duration
+	latest  time.Time // no counted retry waits later than this (zero: none waits)
 
 	ready chan struct{} // cap 1: a batch arrived, or more are due
 }
 
 func newWaitingRoom(limit time.Duration, places *capacity) *waitingRoom {
-	return &waitingRoom{limit: limit, places: places, ready: make(chan struct{}, 1)}
+	return &waitingRoom{
+		limit: limit, places: places, ready: make(chan struct{}, 1),
+		health:  health{tokens: allowanceBurst},
+		release: DefaultBackoffPolicy().InitialInterval,
+	}
+}
+
+// The retry allowance (R63), a token bucket in the manner of gRPC's retry
+// throttling and the AWS SDKs' retry quota: a consumer takes a token when
+// it takes a due counted retry; tokens come back at allowanceRate per second and
+// allowancePerSuccess for every 2xx, up to allowanceBurst. A counted retry
+// that finds no token waits for one; first attempts and rate-limited
+// retries never do. While at most three in four answers are counted
+// failures, 2xx answers refill it faster than retries drain it, and it never
+// binds; against a server that fails more, retries leave at the rate 2xx
+// answers pay for, and during an outage at allowanceRate.
+const (
+	allowanceRate       = 5.0 // tokens per second without any 2xx
+	allowancePerSuccess = 3.0
+	allowanceBurst      = 20.0
+)
+
+// health is the server's health as every consumer saw it (R60): guarded by
+// the waiting room's mutex.
+type health struct {
+	epoch    uint64    // 2xx answers so far: a batch's streak restarts when it moves (R61)
+	tokens   float64   // retry allowance (R63)
+	refilled time.Time // when tokens were last brought up to date
+	recent   uint16    // the last answers, newest in bit 0: 1 a counted failure, 0 a 2xx
+	seen     int       // how many bits of recent hold an answer (at most recentAnswers)
+}
+
+// recentAnswers is how many of the latest answers decide whether the server
+// is healthy (R63).
+const recentAnswers = 16
+
+// note records one answer: a counted failure or a 2xx.
+func (h *health) note(failure bool) {
+	h.recent <<= 1
+	if failure {
+		h.recent |= 1
+	}
+	h.seen = min(h.seen+1, recentAnswers)
+}
+
+// healthy reports whether the recent answers show a healthy server (R63):
+// at least four of them, and fewer than half counted failures.
+func (h *health) healthy() bool {
+	failures := bits.OnesCount16(h.recent & uint16(1<<h.seen-1))
+	return h.seen >= 4 && 2*failures < h.seen
+}
+
+// refill brings the allowance up to now.
+func (h *health) refill(now time.Time) {
+	if !h.refilled.IsZero() && now.After(h.refilled) {
+		h.tokens = min(allowanceBurst, h.tokens+now.Sub(h.refilled).Seconds()*allowanceRate)
+	}
+	if now.After(h.refilled) {
+		h.refilled = now
+	}
+}
+
+// allowed reports how long a counted retry must wait for a token at now
+// (0: one is there).
+func (h *health) allowed(now time.Time) time.Duration {
+	h.refill(now)
+	if h.tokens >= 1 {
+		return 0
+	}
+	return time.Duration((1 - h.tokens) / allowanceRate * float64(time.Second))
+}
+
+// failed records a counted failure of b (R60) and returns the k of its
+// next wait: b's counted failures since the server last answered 2xx to any
+// batch (R61), or 1 while the recent answers show a healthy server (R63),
+// so that a batch unlucky on its own against a server that answers most
+// requests does not sit out growing waits.
+func (r *waitingRoom) failed(b *batch) (k int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.health.note(true)
+	if b.epoch != r.health.epoch {
+		b.epoch, b.streak = r.health.epoch, 0
+	}
+	b.streak++
+	if r.health.healthy() {
+		return 1
+	}
+	return b.streak
+}
+
+// succeeded records a 2xx at now (R60): it pays allowancePerSuccess into
+// the allowance, restarts every batch's streak (R61) and releases the
+// backlog (R62): every batch waiting for a counted retry due later than
+// d_1 from now becomes due within d_1, in due order, each at its own
+// instant (the window is cut in equal slices, one per batch, and each
+// batch draws its instant inside its slice). Rate-limited batches and
+// batches waiting for a token keep their instant.
+func (r *waitingRoom) succeeded(now time.Time) {
+	r.mu.Lock()
+	r.health.epoch++
+	r.health.note(false)
+	r.health.refill(now)
+	r.health.tokens = min(allowanceBurst, r.health.tokens+allowancePerSuccess)
+	horizon := now.Add(r.release + r.release/10) // d_1's longest draw
+	if r.latest.IsZero() || !r.latest.After(horizon) {
+		r.mu.Unlock()
+		return
+	}
+	late := make([]int, 0, len(r.waiting))
+	for i, w := range r.waiting {
+		if w.b.retryPending && !w.b.rateLimited && !w.b.awaitToken && w.due.After(horizon) {
+			late = append(late, i)
+		}
+	}
+	slices.SortFunc(late, func(i, j int) int { return r.waiting.compare(i, j) })
+	r.latest = horizon
+	if n := len(late); n > 0 {
+		slice := float64(r.release) / float64(n)
+		for i, at := range late {
+			r.waiting[at].due = now.Add(time.Duration(slice * (float64(i) + rand.Float64())))
+		}
+		heap.Init(&r.waiting)
+	}
+	r.mu.Unlock()
+	if len(late) > 0 {
+		signal(r.ready)
+	}
+}
+
+// reschedule makes every waiting batch for which pick reports true due at
+// now, and wakes a consumer; it returns how many it moved. OAuth uses it
+// when a token arrives or the token source fails for good.
+func (r *waitingRoom) reschedule(now time.Time, pick func(*batch) bool) int {
+	r.mu.Lock()
+	n := 0
+	for i := range r.waiting {
+		if pick(r.waiting[i].b) {
+			r.waiting[i].due = now
+			n++
+		}
+	}
+	if n > 0 {
+		heap.Init(&r.waiting)
+	}
+	r.mu.Unlock()
+	if n > 0 {
+		signal(r.ready)
+	}
+	return n
 }
 
 // wait puts b in the room until due (counted backoff, R29; or back from the
@@ -55,6 +216,9 @@ func (r *waitingRoom) putLocked(b *batch, due time.Time) bool {
 	}
 	r.seq++
 	heap.Push(&r.waiting, waiter{b: b, due: due, seq: r.seq})
+	if b.retryPending && due.After(r.latest) {
+		r.latest = due
+	}
 	r.places.hold(len(b.events)) // never refused, but counted (R44)
 	return true
 }
@@ -94,6 +258,10 @@ func (r *waitingRoom) rateLimited(now time.Time, d time.Duration, b *batch) (ope
 // waits for a deadline. Batches waiting for their backoff stay.
 func (r *waitingRoom) expireLocked() []*batch {
 	r.start, r.deadline = time.Time{}, time.Time{}
+	if r.answer != nil { // no episode, no probe: everyone may go
+		close(r.answer)
+		r.answer = nil
+	}
 	var expired []*batch
 	kept := r.waiting[:0]
 	for _, w := range r.waiting {
@@ -121,62 +289,117 @@ func (r *waitingRoom) endEpisode() (ended bool) {
 	return ended
 }
 
-// gate is the check every consumer makes before it sends anything (R32).
-// It returns how long the gate stays closed (0: open), never past the
-// episode's end (R35). A served deadline is cleared (R33). When the
-// episode has run out, expired holds the batches that waited for a
-// deadline, for the caller to fail.
-func (r *waitingRoom) gate(now time.Time) (wait time.Duration, expired []*batch) {
+// gate is the check every consumer makes before it sends anything (R32,
+// R64); held is the probe the caller holds, if any. It returns
+// how long the gate stays shut (0: open), never past the episode's end
+// (R35), or answer, non-nil while another consumer's probe is out (closed
+// at its answer). probe is non-nil when the caller has just become the
+// probe; it passes it back as held, and to endProbe.
+// A served deadline is cleared (R33). When the episode has run out,
+// expired holds the batches that waited for a deadline, for the caller to
+// fail.
+func (r *waitingRoom) gate(now time.Time, held chan struct{}) (g gateState) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.gateLocked(now)
+	return r.gateLocked(now, held)
 }
 
-func (r *waitingRoom) gateLocked(now time.Time) (wait time.Duration, expired []*batch) {
+// gateState is the gate as one consumer found it.
+type gateState struct {
+	wait    time.Duration   // > 0: shut for this long
+	answer  <-chan struct{} // non-nil: shut until another consumer's probe is answered (R64)
+	probe   chan struct{}   // non-nil: the caller is the probe; it sends one batch, the others wait
+	expired []*batch        // rate-limited batches whose episode ran out (R35)
+}
+
+func (g gateState) shut() bool { return g.wait > 0 || g.answer != nil }
+
+func (r *waitingRoom) gateLocked(now time.Time, held chan struct{}) (g gateState) {
 	if !r.start.IsZero() && now.Sub(r.start) >= r.limit {
-		expired = r.expireLocked()
+		g.expired = r.expireLocked()
 	}
-	if r.deadline.IsZero() {
-		return 0, expired
-	}
-	if !now.Before(r.deadline) {
+	if !r.deadline.IsZero() {
+		if now.Before(r.deadline) {
+			g.wait = r.deadline.Sub(now)
+			if !r.start.IsZero() {
+				g.wait = min(g.wait, r.start.Add(r.limit).Sub(now))
+			}
+			return g
+		}
 		r.deadline = time.Time{} // served: it classifies nothing later (R33)
-		return 0, expired
 	}
-	wait = r.deadline.Sub(now)
-	if !r.start.IsZero() {
-		wait = min(wait, r.start.Add(r.limit).Sub(now))
+	if r.start.IsZero() || (held != nil && held == r.answer) {
+		return g
 	}
-	return wait, expired
+	// The deadline is served and the episode still open: one request at a
+	// time until an answer ends the episode or sets a new deadline (R64).
+	if r.answer != nil {
+		g.answer = r.answer
+		return g
+	}
+	r.answer = make(chan struct{})
+	g.probe = r.answer
+	return g
+}
+
+// endProbe records that the attempt of probe is over (answered, or failed
+// without an answer): the consumers waiting for it look at the gate again.
+func (r *waitingRoom) endProbe(probe chan struct{}) {
+	r.mu.Lock()
+	if r.answer != nil && r.answer == probe {
+		close(r.answer)
+		r.answer = nil
+	}
+	r.mu.Unlock()
+}
+
+// turn is what a free consumer gets from the waiting room.
+type turn struct {
+	b     *batch        // the batch to send, nil if none is due
+	wait  time.Duration // with b nil: how long until one is due or the gate opens; -1: none waits
+	gate  gateState
+	paced bool // a counted retry is due but waits for the retry allowance (R63)
 }
 
 // next passes the gate and takes the batch that has been due longest
-// (R47). With the gate closed it returns closed and how long it stays so;
-// otherwise, with nothing due, it returns how long until the next batch is
-// due, or -1 when none waits.
-func (r *waitingRoom) next(now time.Time) (b *batch, wait time.Duration, closed bool, expired []*batch) {
+// (R47). With the gate shut it returns the gate; otherwise, with nothing
+// due, how long until the next batch is due, or -1 when none waits. A
+// counted retry also needs a token of the retry allowance (R63); without
+// one it stays, and wait says when the token comes.
+func (r *waitingRoom) next(now time.Time, held chan struct{}) (t turn) {
 	r.mu.Lock()
-	wait, expired = r.gateLocked(now)
-	if wait > 0 {
+	t.gate = r.gateLocked(now, held)
+	if t.gate.shut() {
 		r.mu.Unlock()
-		return nil, wait, true, expired
+		return t
 	}
 	if len(r.waiting) == 0 {
 		r.mu.Unlock()
-		return nil, -1, false, expired
+		t.wait = -1
+		return t
 	}
-	if first := r.waiting[0]; now.Before(first.due) {
+	first := r.waiting[0]
+	if now.Before(first.due) {
 		r.mu.Unlock()
-		return nil, first.due.Sub(now), false, expired
+		t.wait = first.due.Sub(now)
+		return t
 	}
-	b = heap.Pop(&r.waiting).(waiter).b
+	if first.b.retryPending && !first.b.rateLimited {
+		if wait := r.health.allowed(now); wait > 0 {
+			r.mu.Unlock()
+			t.wait, t.paced = wait, true
+			return t
+		}
+		r.health.tokens--
+	}
+	t.b = heap.Pop(&r.waiting).(waiter).b
 	more := len(r.waiting) > 0
 	r.mu.Unlock()
-	r.places.release(len(b.events), true)
+	r.places.release(len(t.b.events), true)
 	if more {
 		signal(r.ready) // another consumer takes or times the next one
 	}
-	return b, 0, false, expired
+	return t
 }
 
 // close empties the room for the final hand-back at Close and gives the
@@ -207,12 +430,15 @@ type waiter struct {
 // dueOrder is a min-heap of waiters by due instant, then arrival.
 type dueOrder []waiter
 
-func (h dueOrder) Len() int { return len(h) }
-func (h dueOrder) Less(i, j int) bool {
-	if !h[i].due.Equal(h[j].due) {
-		return h[i].due.Before(h[j].due)
+func (h dueOrder) Len() int           { return len(h) }
+func (h dueOrder) Less(i, j int) bool { return h.compare(i, j) < 0 }
+
+// compare orders waiters i and j by due instant, then arrival.
+func (h dueOrder) compare(i, j int) int {
+	if c := h[i].due.Compare(h[j].due); c != 0 {
+		return c
 	}
-	return h[i].seq < h[j].seq
+	return cmp.Compare(h[i].seq, h[j].seq)
 }
 func (h dueOrder) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
 func (h *dueOrder) Push(x any)   { *h = append(*h, x.(waiter)) }

@@ -62,26 +62,23 @@ func TestWaitingRoomEpisodeAndDeadline(t *testing.T) {
 	// A shorter Retry-After never shortens the deadline (max).
 	opened, _, _ = r.rateLimited(t0.Add(time.Second), time.Second, one())
 	assert.False(t, opened, "one episode")
-	wait, _ := r.gate(t0)
-	assert.Equal(t, 5*time.Second, wait)
+	assert.Equal(t, 5*time.Second, r.gate(t0, nil).wait)
 	assert.Equal(t, int64(2), places.held.Load(), "waiting events count against capacity")
 	// Nothing is taken while the gate is closed.
-	b, _, closed, _ := r.next(t0.Add(4 * time.Second))
-	assert.Nil(t, b)
-	assert.True(t, closed)
+	tn := r.next(t0.Add(4*time.Second), nil)
+	assert.Nil(t, tn.b)
+	assert.True(t, tn.gate.shut())
 	// A 2xx from an in-flight request ends the episode, not the deadline.
 	assert.True(t, r.endEpisode())
-	wait, _ = r.gate(t0.Add(3 * time.Second))
-	assert.Equal(t, 2*time.Second, wait)
+	assert.Equal(t, 2*time.Second, r.gate(t0.Add(3*time.Second), nil).wait)
 	// Served: cleared; both batches are due, oldest due first.
-	b1, _, closed, _ := r.next(t0.Add(5 * time.Second))
-	require.NotNil(t, b1)
-	assert.False(t, closed)
-	b2, _, _, _ := r.next(t0.Add(5 * time.Second))
-	require.NotNil(t, b2)
+	tn = r.next(t0.Add(5*time.Second), nil)
+	require.NotNil(t, tn.b)
+	assert.False(t, tn.gate.shut())
+	tn = r.next(t0.Add(5*time.Second), nil)
+	require.NotNil(t, tn.b)
 	assert.Zero(t, places.held.Load())
-	wait, _ = r.gate(t0.Add(5 * time.Second))
-	assert.Zero(t, wait)
+	assert.False(t, r.gate(t0.Add(5*time.Second), nil).shut())
 
 	// A new episode: a batch waits for a deadline, another for its backoff.
 	limited, backingOff := one(), one()
@@ -89,17 +86,16 @@ func TestWaitingRoomEpisodeAndDeadline(t *testing.T) {
 	require.True(t, r.wait(backingOff, t0.Add(40*time.Second)))
 	// Waits never run past start + limit.
 	r.rateLimited(t0.Add(28*time.Second), 300*time.Second, one())
-	wait, _ = r.gate(t0.Add(28 * time.Second))
-	assert.Equal(t, 2*time.Second, wait)
+	assert.Equal(t, 2*time.Second, r.gate(t0.Add(28*time.Second), nil).wait)
 	// At start + limit the episode expires: the deadline batches fail, the
 	// gate opens at once, the backoff batch waits on.
-	wait, expired := r.gate(t0.Add(30 * time.Second))
-	assert.Zero(t, wait)
-	assert.Len(t, expired, 2)
-	assert.NotContains(t, expired, backingOff)
-	_, due, closed, _ := r.next(t0.Add(30 * time.Second))
-	assert.False(t, closed)
-	assert.Equal(t, 10*time.Second, due, "the backoff batch is due at its own time")
+	g := r.gate(t0.Add(30*time.Second), nil)
+	assert.False(t, g.shut())
+	assert.Len(t, g.expired, 2)
+	assert.NotContains(t, g.expired, backingOff)
+	tn = r.next(t0.Add(30*time.Second), nil)
+	assert.False(t, tn.gate.shut())
+	assert.Equal(t, 10*time.Second, tn.wait, "the backoff batch is due at its own time")
 	// Close empties the room and refuses later arrivals.
 	assert.Equal(t, []*batch{backingOff}, r.close())
 	assert.False(t, r.wait(one(), t0))
@@ -113,8 +109,7 @@ func TestWaitingRoomZeroLimit(t *testing.T) {
 	_, expired, ok := r.rateLimited(time.Now(), time.Second, b)
 	assert.True(t, ok)
 	assert.Equal(t, []*batch{b}, expired)
-	wait, _ := r.gate(time.Now())
-	assert.Zero(t, wait, "no deadline is left behind")
+	assert.False(t, r.gate(time.Now(), nil).shut(), "no deadline is left behind")
 }
 
 // S12, R7, R30, R31: Retry-After waits do not spend MaxRetries.
@@ -651,7 +646,7 @@ func TestGateClosedAfterTakeSendsNothing(t *testing.T) {
 		w := &consumer{
 			q: q, room: room, sender: newSender(&s, newHTTPClient(&s)),
 			settle: &settler{log: zap.NewNop(), ledger: q},
-			policy: retryPolicy{maxRetries: 1, maxBackoffTotal: time.Hour, backoff: DefaultBackoffPolicy(), httpTimeout: time.Second},
+			policy: retryPolicy{maxRetries: 1, maxBackoffTotal: time.Hour, delay: DefaultBackoffPolicy().delay, httpTimeout: time.Second},
 			log:    zap.NewNop(), interrupt: context.Background(),
 		}
 		// Another consumer's 429 closed the gate for 2 s; its batch waits
@@ -668,19 +663,20 @@ func TestGateClosedAfterTakeSendsNothing(t *testing.T) {
 		w.attempt(b)
 		assert.Empty(t, api.requests(), "nothing is sent through a closed gate")
 		time.Sleep(2 * time.Second)
-		got, _, closed, _ := room.next(time.Now())
-		assert.False(t, closed)
-		require.NotNil(t, got, "the batch waited in the room for the gate")
-		w.attempt(got)
+		tn := room.next(time.Now(), nil)
+		assert.False(t, tn.gate.shut())
+		require.NotNil(t, tn.b, "the batch waited in the room for the gate")
+		w.probe = tn.gate.probe
+		w.attempt(tn.b)
 		reqs := api.requests()
 		require.Len(t, reqs, 1)
 		assert.Equal(t, []string{"mine"}, reqs[0].ids)
 		assert.Equal(t, 2*time.Second, reqs[0].at.Sub(start), "sent when the gate opened")
 		assert.Empty(t, reqs[0].header.Values("X-Retry-Count"), "the turned-back take was no attempt: this is the first")
 		assert.Zero(t, w.settle.stats.retries.Load(), "and no retry was counted")
-		got, _, _, _ = room.next(time.Now())
-		require.NotNil(t, got, "the other batch, due at the deadline too")
-		w.attempt(got)
+		tn = room.next(time.Now(), nil)
+		require.NotNil(t, tn.b, "the other batch, due at the deadline too")
+		w.attempt(tn.b)
 		assert.Nil(t, q.mark(), "every event has its outcome")
 	})
 }

@@ -377,7 +377,9 @@ func newHTTPClient(s *settings) *http.Client {
 	return &c
 }
 
-// outcome is the decision for one attempt.
+// outcome is the decision for one attempt. A new way of handling an
+// answer is a new outcome here, decided in classify, and a case in
+// consumer.attempt.
 type outcome int
 
 const (
@@ -385,6 +387,7 @@ const (
 	outcomeFailed                     // non-retryable: one attempt, OnError
 	outcomeRetry                      // counted retry with backoff (R26)
 	outcomeRateLimited                // usable Retry-After: re-queue and gate (R31, R32)
+	outcomeSplit                      // 413 of more than one event: send again as two halves (R3)
 )
 
 // verdict is the classification of one attempt.
@@ -393,14 +396,22 @@ type verdict struct {
 	kind       ErrorKind      // for HTTP failures
 	delay      time.Duration  // for outcomeRateLimited: capped Retry-After
 	retryAfter retryAfterKind // how the header parsed, for logging (R51)
+	dropToken  bool           // the bearer token of the attempt is not to be used again (R50)
 	err        error          // *HTTPError or *TransportError, unless delivered
 }
 
+// attemptOf is what classify needs to know about the attempt besides its
+// answer.
+type attemptOf struct {
+	now    time.Time // wall clock at the answer, for HTTP-dates only
+	events int       // events in the batch (a lone event is never split, R3)
+	bearer bool      // the attempt carried an OAuth bearer token (R50)
+}
+
 // classify decides the outcome of one attempt from what it got: a
-// response (err == nil) or a transport error. It is the one place where
-// outcomes are decided; the body never matters (R9–R16, R25). now is the
-// wall clock, for HTTP-dates only.
-func classify(r response, err error, now time.Time) verdict {
+// response (err == nil) or a transport error. Every outcome is decided
+// here; the body never matters (R3, R9–R16, R25, R50).
+func classify(r response, err error, a attemptOf) verdict {
 	if err != nil {
 		te := &TransportError{Err: err, Retryable: classifyTransportError(err)}
 		if !te.Retryable {
@@ -408,7 +419,17 @@ func classify(r response, err error, now time.Time) verdict {
 		}
 		return verdict{outcome: outcomeRetry, err: te}
 	}
-	v := classifyResponse(r.status, r.retryAfter, r.hasRA, now)
+	v := classifyResponse(r.status, r.retryAfter, r.hasRA, a.now)
+	switch {
+	case r.status == http.StatusRequestEntityTooLarge && a.events > 1:
+		v.outcome = outcomeSplit // R3: the server stored nothing
+	case !a.bearer:
+	case r.status == http.StatusNetworkAuthenticationRequired:
+		// R50: with OAuth a 511 asks for a fresh token; it is a counted retry.
+		v.outcome, v.kind, v.dropToken = outcomeRetry, KindRetryable, true
+	case r.status == http.StatusBadRequest, r.status == http.StatusUnauthorized, r.status == http.StatusForbidden:
+		v.dropToken = true // R50: still a failure, but the next batch gets a fresh token
+	}
 	if v.outcome != outcomeDelivered {
 		v.err = &HTTPError{StatusCode: r.status, Kind: v.kind, Message: r.text, Location: r.location}
 	}

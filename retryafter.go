@@ -9,11 +9,11 @@ import (
 // retryAfterKind says what a Retry-After header amounts to (R19–R25).
 type retryAfterKind int
 
+// The zero value is "no header".
 const (
-	retryAfterAbsent      retryAfterKind = iota // no header
-	retryAfterUsable                            // > 0 s: the rate-limited path
-	retryAfterNotPositive                       // 0, negative or a past date: counted path (R23)
-	retryAfterInvalid                           // unparseable: counted path and a warning (R25)
+	retryAfterUsable      retryAfterKind = iota + 1 // > 0 s: the rate-limited path
+	retryAfterNotPositive                           // 0, negative or a past date: counted path (R23)
+	retryAfterInvalid                               // unparseable: counted path and a warning (R25)
 )
 
 // httpDateLayouts are the HTTP-date forms accepted (R21). Zones are literal

@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -41,6 +42,10 @@ const (
 	Fault500     = "500"     // a fraction of requests answered 500, not recorded
 	Fault429     = "429"     // a fraction answered 429 + Retry-After: 1, not recorded
 	FaultLostAck = "lostack" // a fraction recorded, then answered 500
+	// FaultLimiter answers 429 with a whole-second Retry-After when a
+	// token bucket of Limit events/s (burst: one second's worth) has too
+	// few tokens for the batch; nothing is recorded then.
+	FaultLimiter = "limiter"
 )
 
 // Outage modes.
@@ -57,6 +62,7 @@ type Config struct {
 	Fault string  // one of the Fault… constants ("" = none)
 	Rate  float64 // fraction of requests that get the fault (default 0.2)
 	Seed  uint64  // RNG seed for the fault decisions
+	Limit float64 // FaultLimiter: events/s the bucket refills (default 15 000)
 
 	// Outage > 0 makes every request fail for that long, starting
 	// OutageAfter after the first batch request. OutageMode is Outage500
@@ -135,8 +141,11 @@ type Server struct {
 	firstSeen []uint32         // index = amount: ms since start + 1 when first recorded, 0 = never
 	ids       map[uint64]uint32
 
-	start     time.Time   // New
-	last429   time.Time   // send time of the latest 429 (its deadline is + retryAfter)
+	start     time.Time // New
+	last429   time.Time // send time of the latest 429 (its deadline is + last429RA)
+	last429RA time.Duration
+	tokens    float64     // FaultLimiter bucket
+	refilled  time.Time   // FaultLimiter: last refill
 	sends429  []time.Time // send times of every 429, ascending
 	outStart  time.Time   // outage window; zero until the first batch request
 	outEnd    time.Time
@@ -152,9 +161,9 @@ func New(cfg Config) (*Server, error) {
 	switch cfg.Fault {
 	case "":
 		cfg.Fault = FaultNone
-	case FaultNone, Fault500, Fault429, FaultLostAck:
+	case FaultNone, Fault500, Fault429, FaultLostAck, FaultLimiter:
 	default:
-		return nil, fmt.Errorf("sink: unknown fault mode %q (none, 500, 429, lostack)", cfg.Fault)
+		return nil, fmt.Errorf("sink: unknown fault mode %q (none, 500, 429, lostack, limiter)", cfg.Fault)
 	}
 	switch cfg.OutageMode {
 	case "":
@@ -209,7 +218,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (s *Server) batch(w http.ResponseWriter, r *http.Request) {
 	arrived := time.Now()
 	s.mu.Lock()
-	if !s.last429.IsZero() && arrived.Before(s.last429.Add(retryAfter)) {
+	if !s.last429.IsZero() && arrived.Before(s.last429.Add(s.last429RA)) {
 		s.st.GateViolations++ // last429 was sent before this request arrived
 		late := arrived.Sub(s.last429)
 		if late >= 10*time.Millisecond {
@@ -235,12 +244,12 @@ func (s *Server) batch(w http.ResponseWriter, r *http.Request) {
 		s.respond(w, r, http.StatusInternalServerError, n, false)
 		return
 	}
-	if s.cfg.Fault == Fault429 {
+	if s.cfg.Fault == Fault429 || s.cfg.Fault == FaultLimiter {
 		s.checkSentAt(buf.Bytes())
 	}
 
 	s.mu.Lock()
-	fault := s.cfg.Fault != FaultNone && s.rng.Float64() < s.cfg.Rate
+	fault := s.cfg.Fault != FaultNone && s.cfg.Fault != FaultLimiter && s.rng.Float64() < s.cfg.Rate
 	s.mu.Unlock()
 
 	if fault && (s.cfg.Fault == Fault500 || s.cfg.Fault == Fault429) {
@@ -269,6 +278,14 @@ func (s *Server) batch(w http.ResponseWriter, r *http.Request) {
 	if err := json.Unmarshal(body, &p); err != nil {
 		s.decodeError(w, r, n, gz)
 		return
+	}
+
+	if s.cfg.Fault == FaultLimiter {
+		if wait, ok := s.take(len(p.Batch)); !ok {
+			w.Header().Set("Retry-After", strconv.Itoa(wait))
+			s.respond(w, r, http.StatusTooManyRequests, n, gz)
+			return
+		}
 	}
 
 	s.mu.Lock()
@@ -335,6 +352,29 @@ func (s *Server) seen(a int64, ms uint32) bool {
 	return c > 0
 }
 
+// take asks the limiter's bucket for n events; when it has too few, it
+// returns the whole seconds until it will have them (at least 1).
+func (s *Server) take(n int) (wait int, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	limit := s.cfg.Limit
+	if limit <= 0 {
+		limit = 15000
+	}
+	now := time.Now()
+	if s.refilled.IsZero() {
+		s.tokens = limit
+	} else {
+		s.tokens = min(limit, s.tokens+now.Sub(s.refilled).Seconds()*limit)
+	}
+	s.refilled = now
+	if s.tokens >= float64(n) {
+		s.tokens -= float64(n)
+		return 0, true
+	}
+	return max(1, int(math.Ceil((float64(n)-s.tokens)/limit))), false
+}
+
 func (s *Server) decodeError(w http.ResponseWriter, r *http.Request, n int64, gz bool) {
 	s.mu.Lock()
 	s.st.DecodeErrors++
@@ -352,6 +392,10 @@ func (s *Server) respond(w http.ResponseWriter, r *http.Request, status int, n i
 		}
 		s.mu.Lock()
 		s.last429 = time.Now()
+		s.last429RA = retryAfter
+		if secs, err := strconv.Atoi(w.Header().Get("Retry-After")); err == nil {
+			s.last429RA = time.Duration(secs) * time.Second
+		}
 		s.sends429 = append(s.sends429, s.last429)
 		s.st.Sent429++
 		s.count(r, status, n, gz)

@@ -178,3 +178,31 @@ func TestSeenReportsFirstRecordingPerAmount(t *testing.T) {
 		t.Fatalf("distinct=%d dups=%d, want 2 and 1", st.DistinctSeq, st.DupSeq)
 	}
 }
+
+// The limiter admits Limit events per second (a second's worth at once)
+// and answers the rest 429 with a whole-second Retry-After, recording
+// nothing; it injects no other fault.
+func TestLimiterAdmitsItsRate(t *testing.T) {
+	s, err := New(Config{Fault: FaultLimiter, Limit: 3, Rate: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, hc := serve(t, s), client(t)
+	if st, err := post(t, hc, base, time.Now(), 1, 2); err != nil || st != http.StatusOK {
+		t.Fatalf("first batch: %d %v, want 200 (Rate does not apply to the limiter)", st, err)
+	}
+	resp, err := hc.Post(base+"/v1/batch", "application/json",
+		strings.NewReader(`{"batch":[{"messageId":"m3","properties":{"amount":3}},{"messageId":"m4","properties":{"amount":4}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "1" {
+		t.Fatalf("second batch: %d Retry-After %q, want 429 and 1", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	st := s.Stats()
+	if st.DistinctSeq != 2 || st.Sent429 != 1 {
+		t.Fatalf("distinct %d, 429s %d; want 2 and 1", st.DistinctSeq, st.Sent429)
+	}
+}

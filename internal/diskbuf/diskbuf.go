@@ -246,9 +246,6 @@ func (l *Log) errorf(format string, args ...any) {
 // Stats returns what Open skipped.
 func (l *Log) Stats() Stats { return l.stats }
 
-// Dir returns the directory.
-func (l *Log) Dir() string { return l.dir }
-
 func (l *Log) segPath(seq uint64) string {
 	return filepath.Join(l.dir, fmt.Sprintf("%020d%s", seq, segSuffix))
 }
@@ -1251,13 +1248,6 @@ func (l *Log) Written() int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.written + l.ackWritten.Load()
-}
-
-// Segments returns the number of segment files.
-func (l *Log) Segments() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.segs)
 }
 
 // Close seals the active segment (cut to the bytes used), stops the

@@ -4,6 +4,7 @@ package diskbuf
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -23,6 +24,9 @@ func dirUsage(t *testing.T, dir string) int64 {
 	var n int64
 	for _, e := range entries {
 		fi, err := e.Info()
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // reclaimed or compacted away since ReadDir
+		}
 		if err != nil {
 			t.Fatal(err)
 		}

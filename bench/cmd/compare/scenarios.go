@@ -37,12 +37,17 @@ type scenarioOptions struct {
 	outageTail   time.Duration
 	outageModes  []string
 	sample       time.Duration
+	pacedSeeds   int
+	sickRate     float64
+	sickN        int
+	sickFail     float64
+	sickClose    time.Duration
 }
 
 // scenarioFlags registers the scenario flags; the string lists are split
 // after flag.Parse by parseScenarioLists.
 func scenarioFlags(o *scenarioOptions) {
-	listFlag(&o.list, "scenarios", "paced,flat,outage", "scenario tables to run: paced, flat, outage (\"\" for none)")
+	listFlag(&o.list, "scenarios", "paced,flat,outage,unhealthy", "scenario tables to run: paced, flat, outage, unhealthy (\"\" for none)")
 	listFlag(&o.sdks, "scenario-sdks", "ours,segment,posthog", "SDKs of the paced and outage scenarios")
 	flag.Float64Var(&o.rate, "rate", 20000, "paced and outage scenarios: producer rate, events/s")
 	flag.IntVar(&o.pacedN, "paced-n", 200000, "paced scenario: events per run")
@@ -57,6 +62,11 @@ func scenarioFlags(o *scenarioOptions) {
 	flag.DurationVar(&o.outageTail, "outage-tail", 10*time.Second, "outage scenario: the producer goes on this long after recovery")
 	listFlag(&o.outageModes, "outage-modes", "500", "outage scenario: 500 (every request answered 500) and/or reset (every connection reset)")
 	flag.DurationVar(&o.sample, "sample", 100*time.Millisecond, "paced and outage scenarios: heap/RSS/pending sampling interval")
+	flag.IntVar(&o.pacedSeeds, "paced-seeds", 1, "paced scenario: fault seeds (rounds) per (fault, SDK)")
+	flag.Float64Var(&o.sickRate, "unhealthy-rate", 2000, "unhealthy scenario: producer rate, events/s")
+	flag.IntVar(&o.sickN, "unhealthy-n", 40000, "unhealthy scenario: events per run")
+	flag.Float64Var(&o.sickFail, "unhealthy-fail", 0.8, "unhealthy scenario: fraction of requests answered 500")
+	flag.DurationVar(&o.sickClose, "unhealthy-close", 30*time.Second, "unhealthy scenario: deadline of Close")
 }
 
 type listValue struct{ p *[]string }
@@ -91,10 +101,20 @@ func runScenarios(o *options, jsonl io.Writer) ([]*record, error) {
 	sc := &o.sc
 	var specs []spec
 	if sc.has("paced") {
-		for _, f := range sc.pacedFaults {
-			for _, sdk := range sc.sdks {
-				specs = append(specs, spec{sdk: sdk, n: sc.pacedN, fault: f, scenario: "paced", drvArgs: sc.pacedArgs()})
+		for r := 0; r < max(sc.pacedSeeds, 1); r++ {
+			for _, f := range sc.pacedFaults {
+				for _, sdk := range sc.sdks {
+					specs = append(specs, spec{sdk: sdk, n: sc.pacedN, fault: f, round: r, scenario: "paced", drvArgs: sc.pacedArgs()})
+				}
 			}
+		}
+	}
+	if sc.has("unhealthy") {
+		for _, sdk := range sc.sdks {
+			specs = append(specs, spec{sdk: sdk, n: sc.sickN, fault: sink.Fault500, scenario: "unhealthy",
+				sinkArgs: []string{"-rate", strconv.FormatFloat(sc.sickFail, 'f', -1, 64)},
+				drvArgs: []string{"-rate", strconv.FormatFloat(sc.sickRate, 'f', -1, 64), "-outcomes", "-sample", sc.sample.String(),
+					"-drain=false", "-close-timeout", sc.sickClose.String()}})
 		}
 	}
 	if sc.has("flat") {
@@ -186,22 +206,22 @@ func writeScenarios(w io.Writer, o *options, recs []*record) {
 			sc.rate, sc.pacedN, sc.closeTimeout)
 		fmt.Fprintf(w, "Non-blocking Track for ours; default configuration; the peers' Close without a drain. "+
 			"lost = not at the sink and the app not told (peers: also abandoned at Close or dropped).\n\n")
-		fmt.Fprintf(w, "| fault | SDK | achieved ev/s | rejected | rejected %% | lost | of which abandoned+dropped | failed | handed back | dups | gate violations: by arrival (≥10 ms after the 429), latest; ours also by sentAt | Close s | Close error | wall s |\n")
-		fmt.Fprintf(w, "|%s\n", strings.Repeat("---|", 14))
+		fmt.Fprintf(w, "| fault | seed | SDK | achieved ev/s | rejected | rejected %% | lost | of which abandoned+dropped | failed | handed back | dups | gate violations: by arrival (≥10 ms after the 429), latest; ours also by sentAt | Close s | Close error | wall s |\n")
+		fmt.Fprintf(w, "|%s\n", strings.Repeat("---|", 15))
 		for _, r := range rs {
 			oc := r.d.Outcomes
 			if oc == nil {
 				oc = &outcomes{}
 			}
 			gate := "–"
-			if r.Fault == sink.Fault429 {
+			if r.Fault == sink.Fault429 || r.Fault == sink.FaultLimiter {
 				gate = fmt.Sprintf("%d (%d), latest %.1f ms", r.Sink.GateViolations, r.Sink.GateViolations10ms, r.Sink.GateViolationMaxMS)
 				if r.SDK == "ours" || r.SDK == "ours-block" {
 					gate += fmt.Sprintf("; by sentAt %d, latest %.1f ms", r.Sink.SentAtViolations, r.Sink.SentAtViolationMaxMS)
 				}
 			}
-			fmt.Fprintf(w, "| %s | %s | %.0f | %d | %s | %d | %d | %d | %d | %d | %s | %.2f | %s | %.2f |\n",
-				r.Fault, r.SDK, r.d.RateAchieved, r.d.TrackErrors, pct(r.d.TrackErrors, r.N), oc.Lost,
+			fmt.Fprintf(w, "| %s | %d | %s | %.0f | %d | %s | %d | %d | %d | %d | %d | %s | %.2f | %s | %.2f |\n",
+				r.Fault, o.seed+uint64(r.Round), r.SDK, r.d.RateAchieved, r.d.TrackErrors, pct(r.d.TrackErrors, r.N), oc.Lost,
 				oc.Abandoned+oc.Dropped, oc.Failed, oc.HandedBack, r.dups(), gate, r.d.CloseS, cell(r.d.CloseError), r.d.WallS)
 		}
 		writeScenarioNotes(w, rs)
@@ -254,6 +274,35 @@ func writeScenarios(w io.Writer, o *options, recs []*record) {
 			fmt.Fprintf(w, "| %s | %.0f | %.0f | %.2f× | %.0f | %.0f | %.2f× | %.2f | %.2f | %.2f | %.0f | %.0f |\n", sdk, cleanRate,
 				badRate, ratio, cleanSteady, badSteady, steadyRatio, cleanWall, badWall, badClose, lost, rej)
 		}
+	}
+
+	if rs := by("unhealthy"); len(rs) > 0 {
+		fmt.Fprintf(w, "\n### Unhealthy server: %.0f %% of requests answered 500 at random, %.0f events/s, %d events, Close deadline %s\n\n",
+			100*sc.sickFail, sc.sickRate, sc.sickN, sc.sickClose)
+		fmt.Fprintf(w, "req/s = sink requests / wall s (New → Close returned); ×seg = that rate over segment's in the same run. "+
+			"lost = not at the sink and the app not told.\n\n")
+		fmt.Fprintf(w, "| SDK | delivered | delivered %% | failed | handed back | lost | requests | req/s | ×seg req/s | Close s | wall s |\n")
+		fmt.Fprintf(w, "|%s\n", strings.Repeat("---|", 11))
+		segRate := math.NaN()
+		for _, r := range rs {
+			if r.SDK == "segment" && r.d.WallS > 0 {
+				segRate = float64(r.Sink.Requests) / r.d.WallS
+			}
+		}
+		for _, r := range rs {
+			oc := r.d.Outcomes
+			if oc == nil {
+				oc = &outcomes{}
+			}
+			rps := math.NaN()
+			if r.d.WallS > 0 {
+				rps = float64(r.Sink.Requests) / r.d.WallS
+			}
+			fmt.Fprintf(w, "| %s | %d | %s | %d | %d | %d | %d | %.1f | %.2f× | %.2f | %.2f |\n",
+				r.SDK, r.Sink.DistinctSeq, pct(r.Sink.DistinctSeq, r.N), oc.Failed, oc.HandedBack, oc.Lost,
+				r.Sink.Requests, rps, rps/segRate, r.d.CloseS, r.d.WallS)
+		}
+		writeScenarioNotes(w, rs)
 	}
 
 	for _, m := range sc.outageModes {

@@ -23,15 +23,16 @@ import (
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:0", "listen address")
-	fault := flag.String("fault", "none", "fault mode: none, 500, 429, lostack")
+	fault := flag.String("fault", "none", "fault mode: none, 500, 429, lostack, limiter")
 	rate := flag.Float64("rate", 0.2, "fraction of requests that get the fault")
+	limit := flag.Float64("limit", 15000, "fault limiter: events/s the token bucket admits")
 	seed := flag.Uint64("seed", 1, "RNG seed for fault decisions")
 	outage := flag.Duration("outage", 0, "fail every request for this long (0 = no outage)")
 	outageAfter := flag.Duration("outage-after", 2*time.Second, "start the outage this long after the first batch request")
 	outageMode := flag.String("outage-mode", "500", "outage: 500 (answer 500) or reset (reset every connection, as if nothing listened)")
 	flag.Parse()
 
-	srv, err := sink.New(sink.Config{Fault: *fault, Rate: *rate, Seed: *seed,
+	srv, err := sink.New(sink.Config{Fault: *fault, Rate: *rate, Seed: *seed, Limit: *limit,
 		Outage: *outage, OutageAfter: *outageAfter, OutageMode: *outageMode})
 	if err != nil {
 		log.Fatal(err)
