@@ -141,7 +141,7 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 		maxRetries:      s.MaxRetries,
 		maxBackoffTotal: s.MaxTotalBackoffDuration,
 		httpTimeout:     s.HTTPTimeout,
-		delay:           s.Backoff.delay,
+		delay:           s.backoff.delay,
 		retryDelay:      s.compat.RetryDelay,
 		stop:            c.stopRetries,
 	}

@@ -49,11 +49,11 @@ func stampingAndWireFormat(t *testing.T) {
 		ts := time.Date(2024, 5, 6, 7, 8, 9, 123_000_000, time.UTC)
 		require.NoError(t, c.Track(Track{MessageID: "mine", UserID: "u1", Event: "Signed Up", Timestamp: ts,
 			Properties: Properties{"plan": "pro"}, Integrations: Integrations{"All": false}}))
-		require.NoError(t, c.Identify(Identify{AnonymousID: "a1", Traits: Traits{"email": "a@b.c"}, Context: Context{"ip": "1.2.3.4"}}))
+		require.NoError(t, c.Identify(Identify{AnonymousID: "a1", Traits: Traits{"email": "a@b.c"}, Context: ContextFields{"ip": "1.2.3.4"}}))
 		require.NoError(t, c.Group(Group{UserID: "u1", GroupID: "g1", Traits: Traits{"n": 2}}))
 		require.NoError(t, c.Page(Page{UserID: "u1", Name: "Home", Category: "Docs"}))
 		require.NoError(t, c.Screen(Screen{UserID: "u1", Name: "Main"}))
-		require.NoError(t, c.Alias(Alias{UserID: "u2", PreviousID: "u1", Context: Context{"library": "custom"}}))
+		require.NoError(t, c.Alias(Alias{UserID: "u2", PreviousID: "u1", Context: ContextFields{"library": "custom"}}))
 		require.NoError(t, closeClient(t, c, time.Second))
 
 		reqs := api.requests()
@@ -353,14 +353,14 @@ func TestEnqueueDoesNotKeepCallersMaps(t *testing.T) {
 	ctx := context.Background()
 	allocs := testing.AllocsPerRun(1000, func() {
 		_ = c.Track(Track{UserID: "u1", Event: "Played", Properties: Properties{"plan": "pro", "n": 7, "ok": true},
-			Context: Context{"ip": "1.2.3.4"}})
+			Context: ContextFields{"ip": "1.2.3.4"}})
 		_ = c.Identify(Identify{UserID: "u1", Traits: Traits{"name": "Ada"}})
 		_ = c.EnqueueContext(ctx, Page{UserID: "u1", Name: "Home", Properties: Properties{"path": "/"}})
 		_ = c.Enqueue(&Screen{UserID: "u1", Name: "Main", Properties: Properties{"tab": 1}})
 		c.q.discardQueued()
 	})
 	assert.Zero(t, allocs, "allocations per round of four enqueue calls")
-	assert.Zero(t, c.Stats().Dropped)
+	assert.Zero(t, c.Stats().RejectedQueueFull)
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
 	defer cancel()
 	_ = c.Close(cctx)
@@ -377,7 +377,7 @@ func TestCallbacksGetCopiesOfWhatWasSent(t *testing.T) {
 		props := Properties{"plan": "pro", "nested": map[string]any{"a": 1}}
 		at := time.Date(2024, 5, 6, 9, 8, 9, 123000000, time.FixedZone("CEST", 2*3600))
 		require.NoError(t, c.Track(Track{UserID: "u1", Event: "Signed Up", Timestamp: at, Properties: props,
-			Context: Context{"ip": "1.2.3.4"}}))
+			Context: ContextFields{"ip": "1.2.3.4"}}))
 		require.NoError(t, c.EnqueueContext(context.Background(), &Page{AnonymousID: "a1", Name: "Home", Category: "Docs"}))
 		props["plan"] = "changed after Track"
 		require.NoError(t, closeClient(t, c, time.Second))
@@ -394,7 +394,7 @@ func TestCallbacksGetCopiesOfWhatWasSent(t *testing.T) {
 		assert.Equal(t, "Signed Up", tr.Event)
 		assert.True(t, at.Equal(tr.Timestamp), "%v vs %v", at, tr.Timestamp)
 		assert.Equal(t, Properties{"plan": "pro", "nested": map[string]any{"a": 1}}, tr.Properties)
-		assert.Equal(t, Context{"ip": "1.2.3.4"}, tr.Context)
+		assert.Equal(t, ContextFields{"ip": "1.2.3.4"}, tr.Context)
 		assert.Nil(t, tr.Integrations)
 		pg, ok := got[1].(Page)
 		require.True(t, ok, "%T", got[1])

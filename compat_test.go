@@ -47,7 +47,7 @@ func TestCompatBodyFieldsAndNoLibrary(t *testing.T) {
 			NoLibrary:  true,
 		}))
 		mustTrack(t, c, "m1")
-		if err := c.Track(Track{MessageID: "m2", UserID: "u", Event: "E", Context: Context{"app": "a"}}); err != nil {
+		if err := c.Track(Track{MessageID: "m2", UserID: "u", Event: "E", Context: ContextFields{"app": "a"}}); err != nil {
 			t.Fatal(err)
 		}
 		if err := closeClient(t, c, 5*time.Second); err != nil {

@@ -52,10 +52,9 @@ const (
 	batchEventBytes = 475_000
 )
 
-// BackoffPolicy describes the counted-retry delays (R26). The client uses
-// the values of DefaultBackoffPolicy; they are exposed so support can read
-// the effective configuration.
-type BackoffPolicy struct {
+// backoffPolicy describes the counted-retry delays (R26). The client uses
+// the values of defaultBackoffPolicy; no option changes them.
+type backoffPolicy struct {
 	InitialInterval     time.Duration
 	Multiplier          float64
 	MaxInterval         time.Duration
@@ -65,10 +64,10 @@ type BackoffPolicy struct {
 	MaxElapsedTime time.Duration
 }
 
-// DefaultBackoffPolicy returns the backoff of docs/delivery.md §2 (R26): 500 ms × 2 up to
+// defaultBackoffPolicy returns the backoff of docs/delivery.md §2 (R26): 500 ms × 2 up to
 // 60 s, ±10 % jitter, no elapsed-time limit.
-func DefaultBackoffPolicy() BackoffPolicy {
-	return BackoffPolicy{
+func defaultBackoffPolicy() backoffPolicy {
+	return backoffPolicy{
 		InitialInterval:     500 * time.Millisecond,
 		Multiplier:          2,
 		MaxInterval:         60 * time.Second,
@@ -92,7 +91,7 @@ type Config struct {
 	MaxTotalBackoffDuration time.Duration
 	MaxRateLimitDuration    time.Duration
 	Gzip                    bool
-	Backoff                 BackoffPolicy
+	backoff                 backoffPolicy
 	MaxEventBytes           int
 	MaxBatchBytes           int
 	// CustomHTTPClient reports whether WithHTTPClient was used.
@@ -215,7 +214,7 @@ func WithHTTPTimeout(d time.Duration) Option {
 }
 
 // WithMaxRetries sets how many counted (backoff) retries a batch may make
-// (default 1000; from 0 to MaxMaxRetries). 0 means one attempt and no counted
+// (default 1000; from 0 to MaxRetriesBound). 0 means one attempt and no counted
 // retry. Retries asked for by a usable Retry-After never count (R27, R30).
 // With the default, MaxTotalBackoffDuration is the bound that matters.
 func WithMaxRetries(n int) Option {
@@ -225,7 +224,7 @@ func WithMaxRetries(n int) Option {
 // WithMaxTotalBackoffDuration bounds the time from a batch's first counted
 // failure to a counted retry decision (default 12 h): when at least this much
 // has elapsed, the batch fails with ErrBackoffDurationExceeded. 0 means no
-// counted retry; negative values and values above MaxMaxTotalBackoffDuration
+// counted retry; negative values and values above MaxTotalBackoffDurationBound
 // fail New (R28). With the default MaxRetries (1000) this is the bound that
 // ends a long outage: waits during a failure streak reach about 60 s, so a
 // thousand retries take more than 16 h.
@@ -237,7 +236,7 @@ func WithMaxTotalBackoffDuration(d time.Duration) Option {
 // the server has kept answering with a usable Retry-After for this long,
 // every batch waiting to be re-sent fails with ErrRateLimitDurationExceeded
 // and sending resumes. 0 fails a batch at its first usable Retry-After;
-// negative values and values above MaxMaxRateLimitDuration fail New (R35).
+// negative values and values above MaxRateLimitDurationBound fail New (R35).
 func WithMaxRateLimitDuration(d time.Duration) Option {
 	return optionFunc(func(s *settings) { s.MaxRateLimitDuration = d })
 }
@@ -337,7 +336,7 @@ func defaultSettings(writeKey string) settings {
 			MaxTotalBackoffDuration: DefaultMaxTotalBackoffDuration,
 			MaxRateLimitDuration:    DefaultMaxRateLimitDuration,
 			CloseTimeout:            DefaultCloseTimeout,
-			Backoff:                 DefaultBackoffPolicy(),
+			backoff:                 defaultBackoffPolicy(),
 			MaxEventBytes:           MaxEventBytes,
 			MaxBatchBytes:           MaxBatchBytes,
 		},

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,7 +35,7 @@ func TestDefaultConfig(t *testing.T) {
 		MaxTotalBackoffDuration: 43_200 * time.Second,
 		MaxRateLimitDuration:    43_200 * time.Second,
 		CloseTimeout:            30 * time.Second,
-		Backoff: BackoffPolicy{
+		backoff: backoffPolicy{
 			InitialInterval:     500 * time.Millisecond,
 			Multiplier:          2,
 			MaxInterval:         60 * time.Second,
@@ -47,7 +48,7 @@ func TestDefaultConfig(t *testing.T) {
 	assert.NotContains(t, c.Config().String(), "wk")
 
 	// The backoff the consumers build has exactly these parameters.
-	b := newBackoff(c.Config().Backoff)
+	b := newBackoff(c.Config().backoff)
 	assert.Equal(t, 500*time.Millisecond, b.InitialInterval)
 	assert.Equal(t, 2.0, b.Multiplier)
 	assert.Equal(t, 60*time.Second, b.MaxInterval)
@@ -119,11 +120,11 @@ func TestConfigUpperBounds(t *testing.T) {
 		{"FlushAt", WithFlushAt(MaxFlushAt), []Option{WithFlushAt(MaxFlushAt + 1), WithFlushAt(math.MaxInt), WithFlushAt(math.MaxInt - 5000)}},
 		{"QueueCapacity", WithQueueCapacity(MaxQueueCapacity), []Option{WithQueueCapacity(MaxQueueCapacity + 1), WithQueueCapacity(math.MaxInt)}},
 		{"Consumers", WithConsumers(MaxConsumers), []Option{WithConsumers(MaxConsumers + 1), WithConsumers(math.MaxInt)}},
-		{"MaxRetries", WithMaxRetries(MaxMaxRetries), []Option{WithMaxRetries(MaxMaxRetries + 1), WithMaxRetries(math.MaxInt)}},
+		{"MaxRetries", WithMaxRetries(MaxRetriesBound), []Option{WithMaxRetries(MaxRetriesBound + 1), WithMaxRetries(math.MaxInt)}},
 		{"FlushInterval", WithFlushInterval(MaxFlushInterval), []Option{WithFlushInterval(MaxFlushInterval + 1), WithFlushInterval(math.MaxInt64)}},
 		{"HTTPTimeout", WithHTTPTimeout(MaxHTTPTimeout), []Option{WithHTTPTimeout(MaxHTTPTimeout + 1), WithHTTPTimeout(math.MaxInt64)}},
-		{"MaxTotalBackoffDuration", WithMaxTotalBackoffDuration(MaxMaxTotalBackoffDuration), []Option{WithMaxTotalBackoffDuration(MaxMaxTotalBackoffDuration + 1), WithMaxTotalBackoffDuration(math.MaxInt64)}},
-		{"MaxRateLimitDuration", WithMaxRateLimitDuration(MaxMaxRateLimitDuration), []Option{WithMaxRateLimitDuration(MaxMaxRateLimitDuration + 1), WithMaxRateLimitDuration(math.MaxInt64)}},
+		{"MaxTotalBackoffDuration", WithMaxTotalBackoffDuration(MaxTotalBackoffDurationBound), []Option{WithMaxTotalBackoffDuration(MaxTotalBackoffDurationBound + 1), WithMaxTotalBackoffDuration(math.MaxInt64)}},
+		{"MaxRateLimitDuration", WithMaxRateLimitDuration(MaxRateLimitDurationBound), []Option{WithMaxRateLimitDuration(MaxRateLimitDurationBound + 1), WithMaxRateLimitDuration(math.MaxInt64)}},
 	}
 	for _, b := range bounds {
 		for i, o := range b.above {
@@ -136,7 +137,11 @@ func TestConfigUpperBounds(t *testing.T) {
 			var ce *ConfigError
 			require.ErrorAs(t, err, &ce, "%s #%d: a value out of bounds is accepted", b.field, i)
 			assert.Equal(t, b.field, ce.Field)
-			assert.Contains(t, err.Error(), "Max"+b.field, "the error names the bound")
+			bound := "Max" + b.field // MaxFlushAt; the Max… settings' bounds are …Bound
+			if strings.HasPrefix(b.field, "Max") {
+				bound = b.field + "Bound"
+			}
+			assert.Contains(t, err.Error(), "("+bound+")", "the error names the bound")
 		}
 		c, err := New("wk", WithEndpoint("http://127.0.0.1:1"), b.at)
 		require.NoError(t, err, b.field)
@@ -151,7 +156,7 @@ func TestConfigUpperBounds(t *testing.T) {
 	}
 	assert.Equal(t, 10_000, MaxFlushAt)
 	assert.Equal(t, 1_000_000, MaxQueueCapacity)
-	assert.Equal(t, 7*24*time.Hour, MaxMaxRateLimitDuration)
+	assert.Equal(t, 7*24*time.Hour, MaxRateLimitDurationBound)
 }
 
 // A later option overrides an earlier one, also when the earlier value was

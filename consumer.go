@@ -38,7 +38,7 @@ type retryPolicy struct {
 	maxBackoffTotal time.Duration
 	httpTimeout     time.Duration
 	// delay is the wait before the k-th counted retry of a streak (k ≥ 1,
-	// R26, R61): BackoffPolicy.delay unless the configuration replaces it.
+	// R26, R61): backoffPolicy.delay unless the configuration replaces it.
 	delay      func(k int) time.Duration
 	retryDelay func(k int) time.Duration // shared.Compat RetryDelay; nil: delay (compat.go)
 	stop       *atomic.Bool              // shared.Compat FastClose: no retry once set; nil without
@@ -335,7 +335,7 @@ func (w *consumer) endEpisode() {
 // RandomizationFactor] × min(MaxInterval, InitialInterval ×
 // Multiplier^(k−1)), the interval ExponentialBackOff returns from its k-th
 // NextBackOff. It keeps no state, so k may restart at any time.
-func (p BackoffPolicy) delay(k int) time.Duration {
+func (p backoffPolicy) delay(k int) time.Duration {
 	d := float64(p.InitialInterval) * math.Pow(p.Multiplier, float64(k-1))
 	d = min(d, float64(p.MaxInterval))
 	delta := p.RandomizationFactor * d
@@ -343,7 +343,7 @@ func (p BackoffPolicy) delay(k int) time.Duration {
 }
 
 // newBackoff is the ExponentialBackOff of p, for the OAuth token source.
-func newBackoff(p BackoffPolicy) *backoff.ExponentialBackOff {
+func newBackoff(p backoffPolicy) *backoff.ExponentialBackOff {
 	return backoff.NewExponentialBackOff(
 		backoff.WithInitialInterval(p.InitialInterval),
 		backoff.WithMultiplier(p.Multiplier),

@@ -324,7 +324,7 @@ func TestBackoffScheduleAndJitter(t *testing.T) {
 	// Unit part: the consumers' schedule gives, for every k, a wait in the
 	// window of the library's k-th NextBackOff; from k = 8 on (up to k =
 	// 1000, MaxRetries' default) it lies in [54, 66] s and still varies.
-	p := DefaultBackoffPolicy()
+	p := defaultBackoffPolicy()
 	b := newBackoff(p)
 	seenWaits := map[time.Duration]bool{}
 	for k := 1; k <= 1000; k++ {

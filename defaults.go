@@ -65,12 +65,12 @@ func encodeDefaults(m map[string]any) (*encodedDefaults, error) {
 // option. With it, the entries are encoded once, by New, and each enqueue
 // call copies their JSON into the event (no allocation unless OnSuccess is
 // registered); a value with its own MarshalJSON is therefore called once.
-func WithDefaultContext(ctx map[string]any) Option {
+func WithDefaultContext(fields map[string]any) Option {
 	return optionFunc(func(s *settings) {
-		if err := checkDefaults(ctx); err != nil {
-			s.errs = append(s.errs, invalid("DefaultContext", fmt.Sprintf("%d keys", len(ctx)), err.Error()))
+		if err := checkDefaults(fields); err != nil {
+			s.errs = append(s.errs, invalid("DefaultContext", fmt.Sprintf("%d keys", len(fields)), err.Error()))
 		}
-		s.defaultContext = cloneMap(ctx)
+		s.defaultContext = cloneMap(fields)
 	})
 }
 

@@ -40,7 +40,7 @@ func TestDefaultContextAndPropertiesOnTheWire(t *testing.T) {
 		ctx["ip"], props["env"] = "changed after New", "changed after New"
 
 		require.NoError(t, c.Track(Track{MessageID: "t1", UserID: "u", Event: "E", Properties: Properties{"plan": "pro", "seats": 2}}))
-		require.NoError(t, c.Track(Track{MessageID: "t2", UserID: "u", Event: "E", Context: Context{"ip": nil, "app": map[string]any{"name": "own"}}}))
+		require.NoError(t, c.Track(Track{MessageID: "t2", UserID: "u", Event: "E", Context: ContextFields{"ip": nil, "app": map[string]any{"name": "own"}}}))
 		require.NoError(t, c.Identify(Identify{MessageID: "i1", UserID: "u", Traits: Traits{"name": "Ada"}}))
 		require.NoError(t, c.Alias(Alias{MessageID: "a1", UserID: "u", PreviousID: "p"}))
 		require.NoError(t, closeClient(t, c, time.Second))
@@ -71,7 +71,7 @@ func TestDefaultContextLibrary(t *testing.T) {
 		api := newFakeAPI(nil)
 		c := newTestClient(t, api, nil, WithDefaultContext(map[string]any{"library": "wrapper"}))
 		require.NoError(t, c.Track(Track{UserID: "u", Event: "E"}))
-		require.NoError(t, c.Track(Track{UserID: "u", Event: "E", Context: Context{"library": "own"}}))
+		require.NoError(t, c.Track(Track{UserID: "u", Event: "E", Context: ContextFields{"library": "own"}}))
 		require.NoError(t, closeClient(t, c, time.Second))
 		ev := wireEvents(t, api)
 		require.Len(t, ev, 2)
@@ -100,7 +100,7 @@ func TestCallbacksGetTheMergedDefaults(t *testing.T) {
 		require.Len(t, got, 3)
 		tr := got[0].(Track)
 		assert.Equal(t, Properties{"plan": "pro", "env": "prod"}, tr.Properties)
-		assert.Equal(t, Context{"ip": "10.0.0.1"}, tr.Context)
+		assert.Equal(t, ContextFields{"ip": "10.0.0.1"}, tr.Context)
 		assert.Equal(t, Properties{"plan": "pro"}, props, "the caller's map is not changed")
 		pg := got[1].(Page)
 		assert.Equal(t, Properties{"env": "prod", "plan": "free"}, pg.Properties)
@@ -109,7 +109,7 @@ func TestCallbacksGetTheMergedDefaults(t *testing.T) {
 		}
 		id := got[2].(Identify)
 		assert.Nil(t, id.Traits)
-		assert.Equal(t, Context{"ip": "10.0.0.1"}, id.Context)
+		assert.Equal(t, ContextFields{"ip": "10.0.0.1"}, id.Context)
 		// The defaults are not shared with callbacks: a later event still
 		// gets the original values.
 		assert.Equal(t, "prod", c.defaults.properties["env"])

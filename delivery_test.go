@@ -76,7 +76,7 @@ func TestStringsReachTheServerIntact(t *testing.T) {
 			"list":    []any{`a\b`, []string{`c\d`}},
 		}
 		require.NoError(t, c.Track(Track{MessageID: `id\with"quote`, UserID: `DOMAIN\user`, Event: `Saved C:\tmp`,
-			Properties: values, Context: Context{`k\ey`: `v\al`}}))
+			Properties: values, Context: ContextFields{`k\ey`: `v\al`}}))
 		require.NoError(t, closeClient(t, c, time.Second))
 
 		reqs := api.requests()

@@ -176,8 +176,8 @@ func TestDurableSizeLimit(t *testing.T) {
 	if size > 128<<10 || accepted < 100 {
 		t.Fatalf("%d events accepted, %d bytes on disk (limit %d)", accepted, size, 128<<10)
 	}
-	if c.Stats().Dropped != 1 {
-		t.Fatalf("dropped %d", c.Stats().Dropped)
+	if c.Stats().RejectedQueueFull != 1 {
+		t.Fatalf("dropped %d", c.Stats().RejectedQueueFull)
 	}
 	_ = closeClient(t, c, 20*time.Millisecond)
 	api := newFakeAPI(nil)
@@ -376,7 +376,7 @@ func TestDurableEnqueueContextWaits(t *testing.T) {
 	if err := closeClient(t, c, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if st := c.Stats(); st.Delivered != 3 || st.Dropped != 1 {
+	if st := c.Stats(); st.Delivered != 3 || st.RejectedQueueFull != 1 {
 		t.Fatalf("stats %+v", st)
 	}
 }

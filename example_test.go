@@ -327,7 +327,7 @@ func ExampleClient_EnqueueContext() {
 		fmt.Println("close:", err)
 	}
 	st := client.Stats()
-	fmt.Println("received:", len(srv.Events()), "delivered:", st.Delivered, "dropped:", st.Dropped)
+	fmt.Println("received:", len(srv.Events()), "delivered:", st.Delivered, "dropped:", st.RejectedQueueFull)
 	// Output:
 	// received: 100 delivered: 100 dropped: 0
 }

@@ -29,7 +29,7 @@ func TestEncodingErrorsNameTheKeyPath(t *testing.T) {
 				"Traits", "traits.address.zip", "traits.address.zip: unsupported value +Inf"},
 			{"group traits", c.Group(Group{UserID: "u", GroupID: "g", Traits: Traits{"n": nan}}),
 				"Traits", "traits.n", "traits.n: unsupported value NaN"},
-			{"context list", c.Track(Track{UserID: "u", Event: "e", Context: Context{"device": map[string]any{"ids": []any{1, "x", nan}}}}),
+			{"context list", c.Track(Track{UserID: "u", Event: "e", Context: ContextFields{"device": map[string]any{"ids": []any{1, "x", nan}}}}),
 				"Context", "context.device.ids[2]", "context.device.ids[2]: unsupported value NaN"},
 			{"integrations", c.Alias(Alias{UserID: "u", PreviousID: "p", Integrations: Integrations{"All": make(chan int)}}),
 				"Integrations", "integrations.All", "integrations.All: json: unsupported type: chan int"},

@@ -19,16 +19,16 @@ const (
 	MaxQueueCapacity = 1_000_000
 	// MaxConsumers bounds WithConsumers (upload goroutines).
 	MaxConsumers = 1_000
-	// MaxMaxRetries bounds WithMaxRetries (counted retries of a batch).
-	MaxMaxRetries = 1_000
+	// MaxRetriesBound bounds WithMaxRetries (counted retries of a batch).
+	MaxRetriesBound = 1_000
 	// MaxFlushInterval bounds WithFlushInterval.
 	MaxFlushInterval = 24 * time.Hour
 	// MaxHTTPTimeout bounds WithHTTPTimeout (one attempt).
 	MaxHTTPTimeout = time.Hour
-	// MaxMaxTotalBackoffDuration bounds WithMaxTotalBackoffDuration.
-	MaxMaxTotalBackoffDuration = 7 * 24 * time.Hour
-	// MaxMaxRateLimitDuration bounds WithMaxRateLimitDuration.
-	MaxMaxRateLimitDuration = 7 * 24 * time.Hour
+	// MaxTotalBackoffDurationBound bounds WithMaxTotalBackoffDuration.
+	MaxTotalBackoffDurationBound = 7 * 24 * time.Hour
+	// MaxRateLimitDurationBound bounds WithMaxRateLimitDuration.
+	MaxRateLimitDurationBound = 7 * 24 * time.Hour
 	// MaxCloseTimeout bounds WithCloseTimeout.
 	MaxCloseTimeout = 24 * time.Hour
 )
@@ -46,7 +46,7 @@ func (s *settings) validate() error {
 		{"FlushAt", s.FlushAt, 1, MaxFlushAt, "MaxFlushAt"},
 		{"QueueCapacity", s.QueueCapacity, 1, MaxQueueCapacity, "MaxQueueCapacity"},
 		{"Consumers", s.Consumers, 1, MaxConsumers, "MaxConsumers"},
-		{"MaxRetries", s.MaxRetries, 0, MaxMaxRetries, "MaxMaxRetries"},
+		{"MaxRetries", s.MaxRetries, 0, MaxRetriesBound, "MaxRetriesBound"},
 	}
 	for _, c := range ints {
 		switch {
@@ -67,8 +67,8 @@ func (s *settings) validate() error {
 	}{
 		{"FlushInterval", s.FlushInterval, true, MaxFlushInterval, "MaxFlushInterval"},
 		{"HTTPTimeout", s.HTTPTimeout, true, MaxHTTPTimeout, "MaxHTTPTimeout"},
-		{"MaxTotalBackoffDuration", s.MaxTotalBackoffDuration, false, MaxMaxTotalBackoffDuration, "MaxMaxTotalBackoffDuration"},
-		{"MaxRateLimitDuration", s.MaxRateLimitDuration, false, MaxMaxRateLimitDuration, "MaxMaxRateLimitDuration"},
+		{"MaxTotalBackoffDuration", s.MaxTotalBackoffDuration, false, MaxTotalBackoffDurationBound, "MaxTotalBackoffDurationBound"},
+		{"MaxRateLimitDuration", s.MaxRateLimitDuration, false, MaxRateLimitDurationBound, "MaxRateLimitDurationBound"},
 		{"CloseTimeout", s.CloseTimeout, false, MaxCloseTimeout, "MaxCloseTimeout"},
 	}
 	for _, c := range durations {

@@ -13,9 +13,9 @@ type Properties = map[string]any
 // Traits are the free-form traits of an Identify or Group event.
 type Traits = map[string]any
 
-// Context is the optional context object of an event. The client adds
+// ContextFields is the optional context object of an event. The client adds
 // "library": {"name", "version"} unless the map already has a "library" key.
-type Context = map[string]any
+type ContextFields = map[string]any
 
 // Integrations selects the destinations of an event, e.g. {"All": false}.
 type Integrations = map[string]any
@@ -52,7 +52,7 @@ type Track struct {
 	Event        string
 	Timestamp    time.Time // optional; now when zero
 	Properties   Properties
-	Context      Context
+	Context      ContextFields
 	Integrations Integrations
 }
 
@@ -63,7 +63,7 @@ type Identify struct {
 	AnonymousID  string
 	Timestamp    time.Time
 	Traits       Traits
-	Context      Context
+	Context      ContextFields
 	Integrations Integrations
 }
 
@@ -76,7 +76,7 @@ type Group struct {
 	GroupID      string
 	Timestamp    time.Time
 	Traits       Traits
-	Context      Context
+	Context      ContextFields
 	Integrations Integrations
 }
 
@@ -89,7 +89,7 @@ type Page struct {
 	Category     string
 	Timestamp    time.Time
 	Properties   Properties
-	Context      Context
+	Context      ContextFields
 	Integrations Integrations
 }
 
@@ -102,7 +102,7 @@ type Screen struct {
 	Category     string
 	Timestamp    time.Time
 	Properties   Properties
-	Context      Context
+	Context      ContextFields
 	Integrations Integrations
 }
 
@@ -113,7 +113,7 @@ type Alias struct {
 	AnonymousID  string
 	PreviousID   string
 	Timestamp    time.Time
-	Context      Context
+	Context      ContextFields
 	Integrations Integrations
 }
 

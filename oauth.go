@@ -242,7 +242,7 @@ type tokenSource struct {
 	o       *oauthSettings
 	client  *http.Client
 	timeout time.Duration // per token request (HTTPTimeout)
-	policy  BackoffPolicy
+	policy  backoffPolicy
 	log     *zap.Logger
 	room    *waitingRoom // woken when waiting batches may go on
 
@@ -265,7 +265,7 @@ func newTokenSource(o *oauthSettings, upload *http.Client, s *settings, room *wa
 		client = upload
 	}
 	return &tokenSource{
-		o: o, client: client, timeout: s.HTTPTimeout, policy: s.Backoff, log: s.logger, room: room,
+		o: o, client: client, timeout: s.HTTPTimeout, policy: s.backoff, log: s.logger, room: room,
 		wake: make(chan struct{}, 1), stopped: make(chan struct{}),
 	}
 }

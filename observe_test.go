@@ -31,7 +31,7 @@ func TestStatsCountEnqueueOutcomes(t *testing.T) {
 
 		s := c.Stats()
 		assert.Equal(t, int64(2), s.Accepted)
-		assert.Equal(t, int64(1), s.Dropped)
+		assert.Equal(t, int64(1), s.RejectedQueueFull)
 		assert.Equal(t, int64(2), s.RejectedInvalid)
 		assert.Equal(t, int64(1), s.RejectedTooLarge)
 		assert.Equal(t, int64(2), s.RejectedClosed)

@@ -31,7 +31,7 @@ func TestQueueFull(t *testing.T) {
 		for _, r := range api.requests() {
 			assert.NotContains(t, r.ids, "e4")
 		}
-		assert.Equal(t, int64(1), c.Stats().Dropped)
+		assert.Equal(t, int64(1), c.Stats().RejectedQueueFull)
 		require.NoError(t, closeClient(t, c, time.Second))
 	})
 }
@@ -182,7 +182,7 @@ func TestOutageFillsCapacityThenRejects(t *testing.T) {
 		assert.LessOrEqual(t, maxPending, int64(capacity+consumers*flushAt))
 		assert.GreaterOrEqual(t, maxPending, int64(capacity), "the waiting batches filled the client")
 		assert.Positive(t, rejected)
-		assert.Equal(t, int64(rejected), c.Stats().Dropped)
+		assert.Equal(t, int64(rejected), c.Stats().RejectedQueueFull)
 		assert.Empty(t, cb.errors(), "waiting batches are never dropped")
 		mu.Lock()
 		down = false

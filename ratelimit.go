@@ -45,7 +45,7 @@ func newWaitingRoom(limit time.Duration, places *capacity) *waitingRoom {
 	return &waitingRoom{
 		limit: limit, places: places, ready: make(chan struct{}, 1),
 		health:  health{tokens: allowanceBurst},
-		release: DefaultBackoffPolicy().InitialInterval,
+		release: defaultBackoffPolicy().InitialInterval,
 	}
 }
 

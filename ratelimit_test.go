@@ -646,7 +646,7 @@ func TestGateClosedAfterTakeSendsNothing(t *testing.T) {
 		w := &consumer{
 			q: q, room: room, sender: newSender(&s, newHTTPClient(&s)),
 			settle: &settler{log: zap.NewNop(), ledger: q},
-			policy: retryPolicy{maxRetries: 1, maxBackoffTotal: time.Hour, delay: DefaultBackoffPolicy().delay, httpTimeout: time.Second},
+			policy: retryPolicy{maxRetries: 1, maxBackoffTotal: time.Hour, delay: defaultBackoffPolicy().delay, httpTimeout: time.Second},
 			log:    zap.NewNop(), interrupt: context.Background(),
 		}
 		// Another consumer's 429 closed the gate for 2 s; its batch waits

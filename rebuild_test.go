@@ -41,7 +41,7 @@ func rebuildCorpus() (msgs []Message, plain []bool) {
 		"f32": float32(0.1), "whole": 2.0, "negzero": math.Copysign(0, -1), "strs": []string{"a", "b"}, "nilStrs": []string(nil),
 		"nilList": []any(nil), "t": at, "raw": json.RawMessage(`{"r":[1,2.5,"x"]}`), "num": json.Number("12.50"),
 		"numInt": json.Number("12"), "st": stringer{A: "x", B: 3}, "pst": &stringer{A: "y"}, "huge": uint64(math.MaxUint64)}
-	ctx := Context{"ip": "1.2.3.4", "app": map[string]any{"name": "shop", "build": 7}}
+	ctx := ContextFields{"ip": "1.2.3.4", "app": map[string]any{"name": "shop", "build": 7}}
 	integ := Integrations{"All": false, "Mixpanel": true}
 	add := func(m Message, p bool) { msgs, plain = append(msgs, m), append(plain, p) }
 	for _, props := range []struct {
@@ -53,11 +53,11 @@ func rebuildCorpus() (msgs []Message, plain []bool) {
 		add(Identify{UserID: "u2", Traits: props.p, Context: ctx}, props.plain)
 		add(&Identify{AnonymousID: "a2", Traits: props.p, Integrations: integ}, props.plain)
 		add(Group{UserID: "u3", GroupID: "g1", Traits: props.p, Timestamp: at}, props.plain)
-		add(&Group{AnonymousID: "a3", GroupID: "g2", Traits: props.p, Context: Context{}}, props.plain)
+		add(&Group{AnonymousID: "a3", GroupID: "g2", Traits: props.p, Context: ContextFields{}}, props.plain)
 		add(Page{UserID: "u4", Name: "Home", Category: "Docs", Properties: props.p, Context: ctx}, props.plain)
 		add(&Page{AnonymousID: "a4", Properties: props.p}, props.plain)
 		add(Screen{UserID: "u5", Name: "Main", Properties: props.p, Integrations: integ}, props.plain)
-		add(&Screen{AnonymousID: "a5", Category: "Tabs", Properties: props.p, Context: Context{"library": "own"}}, props.plain)
+		add(&Screen{AnonymousID: "a5", Category: "Tabs", Properties: props.p, Context: ContextFields{"library": "own"}}, props.plain)
 	}
 	add(Alias{UserID: "u6", PreviousID: "old", Context: ctx, Integrations: integ}, true)
 	add(&Alias{MessageID: "caller-id-2", UserID: "u7", AnonymousID: "a7", PreviousID: "older", Timestamp: at}, true)
@@ -73,10 +73,10 @@ func libraryEntry() map[string]any {
 // message must be, as WithOnError documents it: Context gets the library
 // entry unless it has one, and values become what their JSON decodes to.
 func expectRebuilt(m Message) Message {
-	ctx := func(c Context) Context {
+	ctx := func(c ContextFields) ContextFields {
 		out := normalizeMap(c)
 		if out == nil {
-			out = Context{}
+			out = ContextFields{}
 		}
 		if _, ok := out["library"]; !ok {
 			out["library"] = libraryEntry()
@@ -188,10 +188,10 @@ func normalizeValue(v any) any {
 // withLibrary is m with only the library entry added to its Context: for
 // plain values the rebuilt message must equal the copy otherwise as is.
 func withLibrary(m Message) Message {
-	add := func(c Context) Context {
+	add := func(c ContextFields) ContextFields {
 		out := cloneMap(c)
 		if out == nil {
-			out = Context{}
+			out = ContextFields{}
 		}
 		if _, ok := out["library"]; !ok {
 			out["library"] = libraryEntry()
@@ -322,9 +322,9 @@ func TestHandBackMessagesRebuilt(t *testing.T) {
 		require.Len(t, reqs, 1)
 		require.Len(t, got, 2)
 		assert.Equal(t, Track{MessageID: "m1", UserID: "u1", Event: "E", Timestamp: at,
-			Properties: Properties{"n": 1, "x": 0.5, "tags": []any{"a"}}, Context: Context{"library": libraryEntry()}}, got[0])
+			Properties: Properties{"n": 1, "x": 0.5, "tags": []any{"a"}}, Context: ContextFields{"library": libraryEntry()}}, got[0])
 		assert.Equal(t, Track{MessageID: reqs[0].ids[1], UserID: "u2", Event: "F", Timestamp: time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC),
-			Properties: Properties{"n": 2}, Context: Context{"library": libraryEntry()}}, got[1])
+			Properties: Properties{"n": 2}, Context: ContextFields{"library": libraryEntry()}}, got[1])
 	})
 }
 

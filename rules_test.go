@@ -325,7 +325,7 @@ func TestEventSentAtSmallestEventsStayUnderTheBodyLimit(t *testing.T) {
 		const n = 3500
 		for i := range n {
 			// A library entry of the caller's replaces the client's: about 121 bytes of JSON.
-			require.NoError(t, c.Track(Track{MessageID: fmt.Sprintf("%05d", i), UserID: "u", Event: "e", Context: Context{"library": 1}}))
+			require.NoError(t, c.Track(Track{MessageID: fmt.Sprintf("%05d", i), UserID: "u", Event: "e", Context: ContextFields{"library": 1}}))
 		}
 		require.NoError(t, flush(t, c, time.Minute))
 		reqs := api.requests()

@@ -229,17 +229,17 @@ func (s *settler) reportDrops(final bool) {
 // Stats are cumulative counters of a Client, in events unless named
 // otherwise. Read them with Client.Stats; safe for concurrent use.
 type Stats struct {
-	Delivered      int64 // events answered 2xx
-	Failed         int64 // events reported to OnError as failed
-	HandedBack     int64 // events handed back at shutdown (ErrShutdownInterrupted)
-	Dropped        int64 // enqueue calls rejected with ErrQueueFull
-	Pending        int64 // accepted events without a disposition yet
-	Batches        int64 // batches delivered
-	Requests       int64 // HTTP attempts made
-	Retries        int64 // counted retries sent (a retry cut off by Close is not counted)
-	RateLimited    int64 // responses with a usable Retry-After
-	RateLimitWaits int64 // waits of a consumer at the closed rate-limit gate
-	Isolations     int64 // batches answered 400 and sent again as two halves to isolate the events at fault (R66)
+	Delivered         int64 // events answered 2xx
+	Failed            int64 // events reported to OnError as failed
+	HandedBack        int64 // events handed back at shutdown (ErrShutdownInterrupted)
+	RejectedQueueFull int64 // enqueue calls rejected with ErrQueueFull
+	Pending           int64 // accepted events without a disposition yet
+	Batches           int64 // batches delivered
+	Requests          int64 // HTTP attempts made
+	Retries           int64 // counted retries sent (a retry cut off by Close is not counted)
+	RateLimited       int64 // responses with a usable Retry-After
+	RateLimitWaits    int64 // waits of a consumer at the closed rate-limit gate
+	Isolations        int64 // batches answered 400 and sent again as two halves to isolate the events at fault (R66)
 
 	// Limits learned from the server's refusals since New (R67, R68); 0
 	// until one is learned. Batches close at or below them.
@@ -247,7 +247,7 @@ type Stats struct {
 	EventLimit int64 // events per batch, after repeated 429s without Retry-After
 
 	// Enqueue calls by outcome: each returns nil (Accepted) or exactly one
-	// error, counted by reason (ErrQueueFull is Dropped, above).
+	// error, counted by reason (ErrQueueFull is RejectedQueueFull, above).
 	Accepted         int64 // enqueue calls that returned nil
 	RejectedInvalid  int64 // enqueue calls rejected with a *MessageError (ErrInvalidMessage)
 	RejectedTooLarge int64 // enqueue calls rejected with ErrEventTooLarge
@@ -298,19 +298,19 @@ func (s *counters) count(err error) error {
 func (c *Client) Stats() Stats {
 	s := &c.settle.stats
 	st := Stats{
-		Delivered:      s.delivered.Load(),
-		Failed:         s.failed.Load(),
-		HandedBack:     s.handedBack.Load(),
-		Dropped:        s.dropped.Load(),
-		Pending:        int64(c.q.outstanding()),
-		Batches:        s.batches.Load(),
-		Requests:       s.requests.Load(),
-		Retries:        s.retries.Load(),
-		RateLimited:    s.rateLimited.Load(),
-		RateLimitWaits: s.rateLimitWaits.Load(),
-		Isolations:     s.isolations.Load(),
-		BodyLimit:      int64(c.limits.bodyLimit()),
-		EventLimit:     int64(c.limits.eventLimit()),
+		Delivered:         s.delivered.Load(),
+		Failed:            s.failed.Load(),
+		HandedBack:        s.handedBack.Load(),
+		RejectedQueueFull: s.dropped.Load(),
+		Pending:           int64(c.q.outstanding()),
+		Batches:           s.batches.Load(),
+		Requests:          s.requests.Load(),
+		Retries:           s.retries.Load(),
+		RateLimited:       s.rateLimited.Load(),
+		RateLimitWaits:    s.rateLimitWaits.Load(),
+		Isolations:        s.isolations.Load(),
+		BodyLimit:         int64(c.limits.bodyLimit()),
+		EventLimit:        int64(c.limits.eventLimit()),
 
 		Accepted:         s.accepted.Load(),
 		RejectedInvalid:  s.rejectedInvalid.Load(),

@@ -131,7 +131,7 @@ func runIntegrity(t *testing.T, withCallbacks bool) {
 	assert.Positive(t, s.Delivered)
 	assert.Positive(t, s.Failed)
 	assert.Positive(t, s.RateLimited)
-	assert.Positive(t, s.Dropped)
+	assert.Positive(t, s.RejectedQueueFull)
 	assert.Positive(t, s.HandedBack)
 	if cb != nil {
 		n := cb.dispositions()

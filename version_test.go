@@ -40,7 +40,7 @@ func TestVersionIsSentOnTheWire(t *testing.T) {
 	}
 	_ = client.Track(analytics.Track{UserID: "u", Event: "E"})
 	// A context the caller set keeps its own fields; the library is added.
-	_ = client.Track(analytics.Track{UserID: "u", Event: "E", Context: analytics.Context{"ip": "203.0.113.9"}})
+	_ = client.Track(analytics.Track{UserID: "u", Event: "E", Context: analytics.ContextFields{"ip": "203.0.113.9"}})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := client.Close(ctx); err != nil {

@@ -149,7 +149,7 @@ func (m *Metrics) Observe(c *analytics.Client) error {
 		o.ObserveInt64(m.accepted, s.Accepted)
 		o.ObserveInt64(m.rejected, s.RejectedInvalid, reasonInvalid)
 		o.ObserveInt64(m.rejected, s.RejectedTooLarge, reasonTooLarge)
-		o.ObserveInt64(m.rejected, s.Dropped, reasonQueueFull)
+		o.ObserveInt64(m.rejected, s.RejectedQueueFull, reasonQueueFull)
 		o.ObserveInt64(m.rejected, s.RejectedClosed, reasonClosed)
 		o.ObserveInt64(m.rejected, s.RejectedDisk, reasonDisk) // durable mode (WithDiskBuffer)
 		o.ObserveInt64(m.delivered, s.Delivered)

@@ -23,7 +23,7 @@
 //     StartServer is for programs and examples.
 //
 // The options of this package are named so that they cannot be confused
-// with the client's: WithSuccessCallback and WithErrorCallback configure a
+// with the client's: WithOnSuccess and WithOnError configure a
 // Fake the way analytics.WithOnSuccess and analytics.WithOnError configure
 // a client.
 //

@@ -84,7 +84,7 @@ func ExampleWithDeliveryError() {
 	}
 	tracker := analyticstest.NewFake(
 		analyticstest.WithDeliveryError(failure),
-		analyticstest.WithErrorCallback(func(err error, events []analytics.Message) {
+		analyticstest.WithOnError(func(err error, events []analytics.Message) {
 			var he *analytics.HTTPError
 			if errors.As(err, &he) {
 				fmt.Printf("%d event(s) not delivered: status %d, retries exhausted: %t\n",

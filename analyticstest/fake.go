@@ -38,7 +38,7 @@ import (
 //
 // Accepted events wait, like events in the client's queue, until Flush or
 // Close gives them their disposition: each appears in exactly one call of
-// the WithSuccessCallback callback, or of the WithErrorCallback callback
+// the WithOnSuccess callback, or of the WithOnError callback
 // when WithDeliveryError is used. Unlike the client, the fake calls these
 // callbacks on the goroutine that called Flush or Close, and lets a panic
 // in them through.
@@ -68,18 +68,18 @@ type fakeOptionFunc func(*Fake)
 
 func (f fakeOptionFunc) applyFake(fk *Fake) { f(fk) }
 
-// WithSuccessCallback registers a callback for delivered events, like
+// WithOnSuccess registers a callback for delivered events, like
 // analytics.WithOnSuccess for the client. Flush and Close call it once with
 // the events accepted since the previous Flush or Close (never with none).
 // Default: no callback.
-func WithSuccessCallback(f func(events []analytics.Message)) FakeOption {
+func WithOnSuccess(f func(events []analytics.Message)) FakeOption {
 	return fakeOptionFunc(func(fk *Fake) { fk.onSuccess = f })
 }
 
-// WithErrorCallback registers a callback for events that were not
+// WithOnError registers a callback for events that were not
 // delivered, like analytics.WithOnError for the client. It is only called
 // when WithDeliveryError sets an error. Default: no callback.
-func WithErrorCallback(f func(err error, events []analytics.Message)) FakeOption {
+func WithOnError(f func(err error, events []analytics.Message)) FakeOption {
 	return fakeOptionFunc(func(fk *Fake) { fk.onError = f })
 }
 

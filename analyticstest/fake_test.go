@@ -211,7 +211,7 @@ func TestFakeEnqueueContextEndsAtClose(t *testing.T) {
 
 func TestFakeClose(t *testing.T) {
 	var delivered [][]analytics.Message
-	f := analyticstest.NewFake(analyticstest.WithSuccessCallback(func(events []analytics.Message) {
+	f := analyticstest.NewFake(analyticstest.WithOnSuccess(func(events []analytics.Message) {
 		delivered = append(delivered, events)
 	}))
 	_ = f.Track(analytics.Track{UserID: "u", Event: "E"})
@@ -246,8 +246,8 @@ func TestFakeClose(t *testing.T) {
 func TestFakeFlushCallsOnSuccessOncePerFlush(t *testing.T) {
 	var calls []int
 	f := analyticstest.NewFake(
-		analyticstest.WithSuccessCallback(func(events []analytics.Message) { calls = append(calls, len(events)) }),
-		analyticstest.WithErrorCallback(func(error, []analytics.Message) { t.Error("OnError called without a delivery error") }),
+		analyticstest.WithOnSuccess(func(events []analytics.Message) { calls = append(calls, len(events)) }),
+		analyticstest.WithOnError(func(error, []analytics.Message) { t.Error("OnError called without a delivery error") }),
 	)
 	ctx := context.Background()
 	_ = f.Track(analytics.Track{UserID: "u", Event: "A"})
@@ -283,8 +283,8 @@ func TestFakeDeliveryError(t *testing.T) {
 	var gotErr error
 	f := analyticstest.NewFake(
 		analyticstest.WithDeliveryError(reason),
-		analyticstest.WithSuccessCallback(func([]analytics.Message) { t.Error("OnSuccess called with a delivery error") }),
-		analyticstest.WithErrorCallback(func(err error, events []analytics.Message) {
+		analyticstest.WithOnSuccess(func([]analytics.Message) { t.Error("OnSuccess called with a delivery error") }),
+		analyticstest.WithOnError(func(err error, events []analytics.Message) {
 			gotErr = err
 			failed = append(failed, events...)
 		}),
@@ -310,7 +310,7 @@ func TestFakeHandBack(t *testing.T) {
 	var handedBack int
 	f := analyticstest.NewFake(
 		analyticstest.WithDeliveryError(analytics.ErrShutdownInterrupted),
-		analyticstest.WithErrorCallback(func(err error, events []analytics.Message) {
+		analyticstest.WithOnError(func(err error, events []analytics.Message) {
 			if !errors.Is(err, analytics.ErrShutdownInterrupted) {
 				t.Errorf("OnError err = %v", err)
 			}
@@ -353,7 +353,7 @@ func TestFakeHandBackWithNothingPending(t *testing.T) {
 
 func TestFakeReset(t *testing.T) {
 	calls := 0
-	f := analyticstest.NewFake(analyticstest.WithSuccessCallback(func([]analytics.Message) { calls++ }))
+	f := analyticstest.NewFake(analyticstest.WithOnSuccess(func([]analytics.Message) { calls++ }))
 	_ = f.Track(analytics.Track{UserID: "u", Event: "E"})
 	f.FailEnqueueWith(analytics.ErrQueueFull)
 	_ = f.Close(context.Background())
@@ -390,7 +390,7 @@ func TestFakeMessageIDsOption(t *testing.T) {
 func TestFakeConcurrentSafe(t *testing.T) {
 	var mu sync.Mutex
 	seen := map[string]int{}
-	f := analyticstest.NewFake(analyticstest.WithSuccessCallback(func(events []analytics.Message) {
+	f := analyticstest.NewFake(analyticstest.WithOnSuccess(func(events []analytics.Message) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, m := range events {

@@ -233,7 +233,7 @@ func TestServerTypedAccessors(t *testing.T) {
 			tr.Group(analytics.Group{MessageID: "g1", AnonymousID: "a", GroupID: "acme", Timestamp: at}),
 			tr.Page(analytics.Page{MessageID: "p1", UserID: "u", Name: "Pricing", Category: "Docs", Timestamp: at}),
 			tr.Screen(analytics.Screen{MessageID: "s1", UserID: "u", Name: "Settings", Timestamp: at,
-				Context: analytics.Context{"app": map[string]any{"version": "1.2"}}}),
+				Context: analytics.ContextFields{"app": map[string]any{"version": "1.2"}}}),
 			tr.Alias(analytics.Alias{MessageID: "a1", UserID: "u", PreviousID: "a", Timestamp: at}),
 		} {
 			if err != nil {

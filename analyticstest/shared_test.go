@@ -54,7 +54,7 @@ func TestFakeRejectsLikeTheClient(t *testing.T) {
 		{"typed nil pointer", (*analytics.Screen)(nil), analytics.ErrInvalidMessage},
 		{"property that is not JSON", analytics.Track{UserID: "u", Event: "E", Properties: analytics.Properties{"f": func() {}}}, analytics.ErrInvalidMessage},
 		{"NaN trait", analytics.Identify{UserID: "u", Traits: analytics.Traits{"score": math.NaN()}}, analytics.ErrInvalidMessage},
-		{"nesting too deep", analytics.Page{UserID: "u", Context: analytics.Context{"deep": deep}}, analytics.ErrInvalidMessage},
+		{"nesting too deep", analytics.Page{UserID: "u", Context: analytics.ContextFields{"deep": deep}}, analytics.ErrInvalidMessage},
 		// With its own id and time, so that both encode the same bytes (the
 		// size is in the error text).
 		{"too large", analytics.Track{MessageID: "m", Timestamp: time.Unix(1, 0), UserID: "u", Event: "E", Properties: analytics.Properties{"blob": strings.Repeat("x", analytics.MaxEventBytes)}}, analytics.ErrEventTooLarge},

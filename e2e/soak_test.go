@@ -193,7 +193,7 @@ func TestSoak(t *testing.T) {
 		{"Delivered", st.Delivered, int64(nAccepted)},
 		{"Failed", st.Failed, 0},
 		{"HandedBack", st.HandedBack, 0},
-		{"Dropped", st.Dropped, int64(nRejected)},
+		{"RejectedQueueFull", st.RejectedQueueFull, int64(nRejected)},
 		{"Pending", st.Pending, 0},
 		{"Batches (= OnSuccess calls)", st.Batches, int64(rec.okCalls)},
 		{"Batches (= batches answered 2xx)", st.Batches, int64(batchesOK)},
