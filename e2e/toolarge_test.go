@@ -77,21 +77,7 @@ func predictRequests(t testing.TB, first faultserver.Request, limit int) (n int,
 //     request's events (R3, R7: a half carries on the attempt count).
 func checkSplit(t testing.TB, r *result) {
 	t.Helper()
-	for _, e := range r.out.Events {
-		if e.Outcome != outRejected && e.Callbacks != 1 {
-			t.Errorf("INV1: %s (%s) in %d callback calls, want 1", e.MessageID, e.Outcome, e.Callbacks)
-		}
-	}
-	dl := r.srv.Delivered()
-	for _, e := range r.out.Events {
-		want := 0
-		if e.Outcome == outDelivered {
-			want = 1
-		}
-		if dl[e.MessageID] != want {
-			t.Errorf("%s (%s): in %d requests answered 2xx, want %d", e.MessageID, e.Outcome, dl[e.MessageID], want)
-		}
-	}
+	checkOutcomes(t, r)
 	seen := map[string]int{} // messageId → requests so far that carried it
 	for i, q := range r.reqs {
 		if len(q.MessageIDs) == 0 {
