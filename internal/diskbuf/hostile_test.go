@@ -3,6 +3,7 @@ package diskbuf
 import (
 	"encoding/binary"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -173,6 +174,27 @@ func TestMissingSegmentCounted(t *testing.T) {
 // (leaving a preallocated segment), then a restart: the directory stays
 // within MaxBytes, on disk, and every event is replayed. Then graceful
 // restarts of a log at its limit do not take it past the limit either.
+// dirUsage is what the files of dir take (fileUsage of each).
+func dirUsage(t *testing.T, dir string) int64 {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, e := range entries {
+		fi, err := e.Info()
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // reclaimed or compacted away since ReadDir
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += fileUsage(fi)
+	}
+	return n
+}
+
 func TestLimitAcrossCrashes(t *testing.T) {
 	dir := t.TempDir()
 	opts := Options{SegmentBytes: 64 << 10, MaxBytes: 256 << 10}
