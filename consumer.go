@@ -2,8 +2,6 @@ package analytics
 
 import (
 	"context"
-	"math"
-	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
@@ -331,18 +329,26 @@ func (w *consumer) endEpisode() {
 }
 
 // delay is the wait before the k-th counted retry of a streak (k ≥ 1; R26,
-// R61): a uniform draw from [1 − RandomizationFactor, 1 +
-// RandomizationFactor] × min(MaxInterval, InitialInterval ×
-// Multiplier^(k−1)), the interval ExponentialBackOff returns from its k-th
-// NextBackOff. It keeps no state, so k may restart at any time.
+// R61): the k-th NextBackOff of a fresh ExponentialBackOff of p, a uniform
+// draw from [1 − RandomizationFactor, 1 + RandomizationFactor] ×
+// min(MaxInterval, InitialInterval × Multiplier^(k−1)). A batch keeps no
+// backoff of its own, so k may restart at any time. Past maxBackoffSteps
+// the interval is MaxInterval (the policy is fixed: 500 ms × 2 reaches
+// 60 s at the 8th step), so no more steps are taken.
 func (p backoffPolicy) delay(k int) time.Duration {
-	d := float64(p.InitialInterval) * math.Pow(p.Multiplier, float64(k-1))
-	d = min(d, float64(p.MaxInterval))
-	delta := p.RandomizationFactor * d
-	return time.Duration(d - delta + rand.Float64()*2*delta)
+	bo := newBackoff(p)
+	d := bo.NextBackOff()
+	for i := 1; i < min(k, maxBackoffSteps); i++ {
+		d = bo.NextBackOff()
+	}
+	return d
 }
 
-// newBackoff is the ExponentialBackOff of p, for the OAuth token source.
+// maxBackoffSteps bounds the NextBackOff calls delay makes.
+const maxBackoffSteps = 64
+
+// newBackoff is the ExponentialBackOff of p: counted-retry delays and the
+// OAuth token source's.
 func newBackoff(p backoffPolicy) *backoff.ExponentialBackOff {
 	return backoff.NewExponentialBackOff(
 		backoff.WithInitialInterval(p.InitialInterval),
