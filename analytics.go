@@ -96,6 +96,7 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 	}
 	places := newCapacity(s.QueueCapacity)
 	places.wakeWhen(s.FlushAt) // blocked producers wake when a batch fits
+	places.markAt(highWaterMark(s.Consumers, s.FlushAt))
 	q := newQueue(places, s.FlushAt, batchEventBytes-len(s.compat.BodyFields), s.FlushInterval)
 	q.perEvent = eventSentAtExtra(s.EventSentAt) // R45 with R59
 	lim := newLimits(q, s.writeKey)

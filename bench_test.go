@@ -39,7 +39,7 @@ func (q *queue) discardQueued() {
 			return
 		}
 		q.discharge(buf[:n])
-		q.places.release(n, true)
+		q.places.taken(n, true)
 		releaseEvents(buf[:n])
 	}
 }

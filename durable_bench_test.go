@@ -27,7 +27,7 @@ func (c *Client) discardDurable() {
 		}
 		c.disk.ack(buf[:n])
 		q.discharge(buf[:n])
-		q.places.release(n, true)
+		q.places.taken(n, true)
 		releaseEvents(buf[:n])
 	}
 }

@@ -76,12 +76,29 @@ func (q *queue) push(ev event) error {
 	return q.pushLocked(ev)
 }
 
+// pushBelowMark is push for EnqueueContext: it also refuses (ErrQueueFull)
+// while the queued events are at the high-water mark (R69), though
+// QueueCapacity may have room.
+func (q *queue) pushBelowMark(ev event) error {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return ErrClosed
+	}
+	if !q.places.reserveBelowMark() {
+		q.mu.Unlock()
+		return ErrQueueFull
+	}
+	return q.pushLocked(ev)
+}
+
 // pushGranted is push with a place the capacity already gave this
 // producer (see capacity.await); after Close the place is returned.
 func (q *queue) pushGranted(ev event) error {
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
+		q.places.unqueue(1)
 		q.places.release(1, true)
 		return ErrClosed
 	}
@@ -113,11 +130,13 @@ func (q *queue) pushLocked(ev event) error {
 // of EnqueueContext). A call that finds room costs what push costs. A call
 // that finds none joins the line of blocked producers (see capacity): it is
 // woken with a place of its own, in the order the producers came, once a
-// batch's worth of places is free, or at Close.
+// batch's worth of places is free, or at Close. It waits while QueueCapacity
+// is reached, and also while the queued events are at the high-water mark
+// (R69): more queued events would not keep the consumers any busier.
 func (q *queue) pushWait(ctx context.Context, ev event) error {
 	for {
 		if !q.places.queued() { // no barging past blocked producers
-			err := q.push(ev)
+			err := q.pushBelowMark(ev)
 			if err != ErrQueueFull {
 				return err
 			}
@@ -196,7 +215,7 @@ func (q *queue) take(now time.Time) (*batch, time.Duration) {
 	}
 	low := q.n < q.flushAt // too few left for another batch: blocked producers are needed now
 	q.mu.Unlock()
-	q.places.release(len(b.events), low) // in a consumer's hands now, not held (R43)
+	q.places.taken(len(b.events), low) // in a consumer's hands now, not held (R43)
 	if more {
 		signal(q.ready) // another consumer takes or times the rest
 	}
@@ -236,6 +255,7 @@ func (q *queue) preload(evs []event) {
 	}
 	q.openedAt = time.Now()
 	q.mu.Unlock()
+	q.places.enqueued(len(evs))
 	q.places.hold(len(evs))
 	signal(q.ready)
 }
@@ -272,7 +292,7 @@ func (q *queue) drain() []event {
 		evs = append(evs, q.popLocked())
 	}
 	q.mu.Unlock()
-	q.places.release(len(evs), true)
+	q.places.taken(len(evs), true)
 	return evs
 }
 
@@ -314,16 +334,24 @@ func (q *queue) outstanding() int {
 // return places.
 //
 // EnqueueContext calls that find no room wait in a line, first come first
-// served. They are woken only when there is room for a useful amount of
-// work, wakeAt places (a batch), or when the queue is about to run dry (a
-// forced release), not once per place: each woken producer is given its
-// place (granted) as it is woken, in line order, so none can be starved by
-// the others and none wakes for nothing.
+// served. They also wait while the events queued and not yet taken into a
+// batch are at the high-water mark (R69), though places are free. They are
+// woken only when there is room for a useful amount of work, wakeAt places
+// (a batch), or when the queue is about to run dry (a forced release), not
+// once per place: each woken producer is given its place (granted) as it
+// is woken, in line order, so none can be starved by the others and none
+// wakes for nothing.
 type capacity struct {
 	held    atomic.Int64
 	limit   int64
 	wakeAt  int64        // free places that wake the line (≥ 1)
 	waiters atomic.Int32 // len(line)
+
+	// untaken counts the events queued and not yet taken into a batch,
+	// plus the places granted to blocked producers that have not queued
+	// their event yet. highWater is where EnqueueContext stops (R69).
+	untaken   atomic.Int64
+	highWater int64
 
 	mu   sync.Mutex
 	line []*blockedProducer // blocked producers, oldest first
@@ -337,12 +365,26 @@ type blockedProducer struct {
 	granted bool
 }
 
-func newCapacity(limit int) *capacity { return &capacity{limit: int64(limit), wakeAt: 1} }
+func newCapacity(limit int) *capacity {
+	return &capacity{limit: int64(limit), wakeAt: 1, highWater: int64(limit)}
+}
 
 // wakeWhen sets the number of free places that wakes blocked producers.
 func (c *capacity) wakeWhen(places int) { c.wakeAt = max(1, min(int64(places), c.limit)) }
 
-// reserve takes one place if the limit allows it.
+// markAt sets the high-water mark of queued events for EnqueueContext
+// (R69), at least wakeAt and at most the limit.
+func (c *capacity) markAt(events int) {
+	c.highWater = max(c.wakeAt, min(int64(events), c.limit))
+}
+
+// highWaterMark is the high-water mark R69 sets for a client with these
+// settings: two batches for every consumer, one being taken while the
+// other waits, bounded by QueueCapacity.
+func highWaterMark(consumers, flushAt int) int { return 2 * consumers * flushAt }
+
+// reserve takes one place if the limit allows it, for an event that is
+// queued next (Track and Enqueue).
 func (c *capacity) reserve() bool {
 	for {
 		h := c.held.Load()
@@ -350,9 +392,49 @@ func (c *capacity) reserve() bool {
 			return false
 		}
 		if c.held.CompareAndSwap(h, h+1) {
+			c.untaken.Add(1)
 			return true
 		}
 	}
+}
+
+// reserveBelowMark is reserve for EnqueueContext: it also fails while the
+// untaken events are at the high-water mark (R69).
+func (c *capacity) reserveBelowMark() bool {
+	if c.untaken.Add(1) > c.highWater {
+		c.untaken.Add(-1)
+		return false
+	}
+	for {
+		h := c.held.Load()
+		if h >= c.limit {
+			c.untaken.Add(-1)
+			return false
+		}
+		if c.held.CompareAndSwap(h, h+1) {
+			return true
+		}
+	}
+}
+
+// enqueued counts n events queued without a reservation (preload).
+func (c *capacity) enqueued(n int) { c.untaken.Add(int64(n)) }
+
+// unqueue counts off n events taken from the queue (into a batch, or
+// drained), or a granted place that was not used; release follows.
+func (c *capacity) unqueue(n int) { c.untaken.Add(-int64(n)) }
+
+// taken is release for n events taken from the queue: they leave the
+// untaken count too.
+func (c *capacity) taken(n int, force bool) {
+	c.untaken.Add(-int64(n))
+	c.release(n, force)
+}
+
+// room is how many more events blocked producers may queue now: free
+// places, and no more than the high-water mark allows.
+func (c *capacity) room() int64 {
+	return min(c.limit-c.held.Load(), c.highWater-c.untaken.Load())
 }
 
 // full reports whether the limit is reached.
@@ -378,11 +460,11 @@ func (c *capacity) release(n int, force bool) {
 
 // grantLocked gives free places to the line, oldest first, one each.
 func (c *capacity) grantLocked(force bool) {
-	if len(c.line) == 0 || (!force && c.limit-c.held.Load() < c.wakeAt) {
+	if len(c.line) == 0 || (!force && c.room() < c.wakeAt) {
 		return
 	}
 	n := 0
-	for n < len(c.line) && c.reserve() {
+	for n < len(c.line) && c.reserveBelowMark() {
 		w := c.line[n]
 		w.granted = true
 		close(w.woken)
@@ -405,8 +487,9 @@ func (c *capacity) await() *blockedProducer {
 	c.line = append(c.line, w)
 	c.waiters.Store(int32(len(c.line)))
 	// Room released since the caller found none goes to the line now,
-	// oldest first: a producer sleeps only while the client is full.
-	c.grantLocked(c.limit-c.held.Load() > 0)
+	// oldest first: a producer sleeps only while the client is full or
+	// the queue at its high-water mark.
+	c.grantLocked(c.room() > 0)
 	c.mu.Unlock()
 	return w
 }

@@ -261,7 +261,7 @@ func TestBlockedProducersWakeForABatchInLineOrder(t *testing.T) {
 	assert.False(t, c.queued())
 
 	e, f, g := c.await(), c.await(), c.await()
-	c.release(2, true)
+	c.taken(2, true) // two of the granted producers' events are taken into a batch
 	assert.True(t, woken(e) && woken(f), "a forced release wakes the oldest")
 	assert.False(t, woken(g), "one place each: the third waits")
 	assert.True(t, e.granted && f.granted && !g.granted)
