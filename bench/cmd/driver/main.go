@@ -388,6 +388,20 @@ func newClient(ctx context.Context, sdk, endpoint string, drain bool, lg *ledger
 	return nil, fmt.Errorf("unknown -sdk %q (ours, ours-block, ours-durable, segment, posthog)", sdk)
 }
 
+// writeHeapProfile writes the live heap (after a GC) to path: what the
+// client holds in the middle of a flat-out run.
+func writeHeapProfile(path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		log.Fatal(err)
+	}
+	runtime.GC()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		log.Fatal(err)
+	}
+	f.Close()
+}
+
 // closeWithDeadline adapts a Close without a context: it waits for it at
 // most until ctx ends.
 func closeWithDeadline(closeFn func() error) func(context.Context) error {
@@ -415,6 +429,7 @@ func main() {
 	sample := flag.Duration("sample", 0, "sample heap, RSS and pending events at this interval (0: off)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile (New → Close) to this file")
 	memprofile := flag.String("memprofile", "", "write an allocation profile (every allocation sampled) to this file")
+	heapprofile := flag.String("heapprofile", "", "flat out: write a heap profile (live objects after a GC) at the middle call to this file")
 	drain := flag.Bool("drain", true, "segment/posthog: before Close, wait until every dispatched batch has a final "+
 		"outcome (their Close aborts batches waiting for a retry)")
 	flag.Parse()
@@ -450,6 +465,9 @@ func main() {
 
 	if *memprofile != "" {
 		runtime.MemProfileRate = 1 // slows the run: use for the profile, not the numbers
+	}
+	if *heapprofile != "" && *memprofile == "" {
+		runtime.MemProfileRate = 512 // fine enough to see per-consumer buffers
 	}
 	runtime.GC()
 	var m0, m1 runtime.MemStats
@@ -523,6 +541,9 @@ func main() {
 				ms = int32(time.Since(t0) / time.Millisecond)
 			}
 			call(i, ms)
+			if i == *n/2 && *heapprofile != "" {
+				writeHeapProfile(*heapprofile)
+			}
 		}
 	}
 	tEnq := time.Now()
