@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -14,11 +15,21 @@ import (
 	"time"
 )
 
-// okTransport answers every request 200 at once, without a network.
+// okTransport answers every request 200 at once, without a network. It
+// reports through httptrace, as net/http's transport does, when it has
+// written the body, so the client reuses its body buffers as it does
+// against a real server.
 type okTransport struct{}
 
 func (okTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	trace := httptrace.ContextClientTrace(req.Context())
+	if trace != nil && trace.GetConn != nil {
+		trace.GetConn(req.URL.Host)
+	}
 	_, _ = io.Copy(io.Discard, req.Body)
+	if trace != nil && trace.WroteRequest != nil {
+		trace.WroteRequest(httptrace.WroteRequestInfo{})
+	}
 	return &http.Response{StatusCode: 200, Body: http.NoBody, Request: req}, nil
 }
 
