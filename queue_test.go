@@ -281,12 +281,20 @@ func TestBlockedProducersWakeForABatchInLineOrder(t *testing.T) {
 
 // Several producers blocked in EnqueueContext share the room fairly: each
 // is given places in turn, none runs ahead of another by more than a
-// batch, and everything arrives.
+// batch, and everything arrives. The same holds when what holds them is the
+// high-water mark of queued events (R69: 2 × 1 × 3 = 6) and QueueCapacity
+// has room.
 func TestBlockedProducersAreServedFairly(t *testing.T) {
+	for _, capacity := range []int{6, 1000} {
+		t.Run(fmt.Sprintf("capacity=%d", capacity), func(t *testing.T) { blockedProducersAreServedFairly(t, capacity) })
+	}
+}
+
+func blockedProducersAreServedFairly(t *testing.T, capacity int) {
 	synctest.Test(t, func(t *testing.T) {
 		api := newFakeAPI(func(int, seen) reply { return reply{status: 200, hold: time.Second} })
 		cb := &callbacks{}
-		c := newTestClient(t, api, cb, WithQueueCapacity(6), WithFlushAt(3), WithConsumers(1))
+		c := newTestClient(t, api, cb, WithQueueCapacity(capacity), WithFlushAt(3), WithConsumers(1))
 		const producers, each = 3, 15
 		var mu sync.Mutex
 		var order []int
@@ -324,6 +332,51 @@ func TestBlockedProducersAreServedFairly(t *testing.T) {
 			lo, hi := slices.Min(counts), slices.Max(counts)
 			require.LessOrEqual(t, hi-lo-(10-1), 1, "after %d events: %v (order %v)", i+1, counts, order)
 		}
+		require.NoError(t, closeClient(t, c, time.Second))
+	})
+}
+
+// R69: EnqueueContext waits at the high-water mark of queued events (2 ×
+// Consumers × FlushAt, here 2 × 1 × 2 = 4) although QueueCapacity has
+// plenty of room, and goes on once a batch is taken. Non-blocking Track is
+// held only by QueueCapacity (R43).
+func TestEnqueueContextWaitsAtTheHighWaterMark(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := newFakeAPI(func(int, seen) reply { return reply{status: 200, hold: time.Second} })
+		c := newTestClient(t, api, nil, WithQueueCapacity(100), WithFlushAt(2), WithConsumers(1))
+		ctx := context.Background()
+		for i := 1; i <= 2; i++ {
+			require.NoError(t, c.EnqueueContext(ctx, track(fmt.Sprintf("e%d", i))))
+		}
+		synctest.Wait() // [e1 e2] is on the wire for a second
+		require.Len(t, api.requests(), 1)
+		for i := 3; i <= 6; i++ { // four queued: the mark
+			require.NoError(t, c.EnqueueContext(ctx, track(fmt.Sprintf("e%d", i))))
+		}
+		start := time.Now()
+		returned := make(chan time.Duration, 1)
+		go func() {
+			assert.NoError(t, c.EnqueueContext(ctx, track("e7")))
+			returned <- time.Since(start)
+		}()
+		synctest.Wait()
+		select {
+		case d := <-returned:
+			t.Fatalf("EnqueueContext returned after %v with the queue at its high-water mark", d)
+		default:
+		}
+		assert.Equal(t, int64(6), c.Stats().Pending, "held at the mark: the seventh event is not accepted yet")
+		require.NoError(t, c.Track(track("t1")), "Track is bound by QueueCapacity only")
+		// At 1 s [e3 e4] is taken: five queued become three, one place
+		// below the mark, less than a batch. At 2 s [e5 e6] is taken and
+		// the producer is woken.
+		assert.Equal(t, 2*time.Second, <-returned, "woken when a batch's worth is below the mark")
+		require.NoError(t, flush(t, c, time.Minute))
+		var batches [][]string
+		for _, r := range api.requests() {
+			batches = append(batches, r.ids)
+		}
+		assert.Equal(t, [][]string{{"e1", "e2"}, {"e3", "e4"}, {"e5", "e6"}, {"t1", "e7"}}, batches)
 		require.NoError(t, closeClient(t, c, time.Second))
 	})
 }
