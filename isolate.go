@@ -194,7 +194,7 @@ func (w *consumer) adapt(b *batch, resp response, err error, v verdict, now time
 	if err != nil || w.limits == nil {
 		return false
 	}
-	size := len(w.sender.plain) // the body as encoded, before gzip
+	size := w.sender.plainSize // the body as encoded, before gzip
 	switch {
 	case v.outcome == outcomeDelivered:
 		b.tooMany = 0

@@ -73,9 +73,4 @@ func (w *consumer) observe(b *batch, start time.Time, resp response, err error) 
 }
 
 // bodyLen is the size of the last request body, as sent.
-func (s *sender) bodyLen() int {
-	if s.gzip {
-		return len(s.zipped)
-	}
-	return len(s.plain)
-}
+func (s *sender) bodyLen() int { return s.sent }

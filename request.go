@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -45,8 +46,9 @@ type sender struct {
 	extra     []byte       // shared.Compat BodyFields (compat.go)
 	zw        *gzip.Writer // reused across attempts
 
-	plain, zipped []byte   // body buffers, reused across attempts
-	inFlight      *bodyUse // use of the last attempt's body
+	sent      int // size of the last attempt's body, as sent
+	plainSize int // and before gzip
+	recycled  int // body buffers this sender gave back for reuse (tests)
 }
 
 func newSender(s *settings, client *http.Client) *sender {
@@ -149,15 +151,31 @@ func (u *bodyUse) released() bool {
 	return n > 0 && u.finished.Load() == n
 }
 
-// buffers returns the plain and gzip buffers for the next attempt: the
-// previous ones when the transport has released them, else none (the
-// caller then allocates).
-func (s *sender) buffers() (plain, zipped []byte) {
-	if s.inFlight != nil && !s.inFlight.released() {
-		s.plain, s.zipped = nil, nil // the transport may still read them
+// bodyBuffers holds request body buffers that no transport reads any more,
+// shared by every consumer of every client: a buffer is held from encoding
+// a body until net/http has written it, so a client keeps about as many as
+// it has requests being written at once, not one or two per consumer.
+var bodyBuffers sync.Pool // of *[]byte
+
+func getBodyBuffer() *[]byte {
+	if p, ok := bodyBuffers.Get().(*[]byte); ok {
+		return p
 	}
-	s.inFlight = nil
-	return s.plain, s.zipped
+	return new([]byte)
+}
+
+// recycle gives the attempt's buffers back for reuse if the transport has
+// released them (see bodyUse); otherwise they are left to the collector.
+func (s *sender) recycle(use *bodyUse, plain, zipped *[]byte) {
+	if !use.released() {
+		return
+	}
+	bodyBuffers.Put(plain)
+	s.recycled++
+	if zipped != nil {
+		bodyBuffers.Put(zipped)
+		s.recycled++
+	}
 }
 
 // response is what classification needs from one attempt.
@@ -171,15 +189,16 @@ type response struct {
 
 // send makes one attempt. A nil error means a status line was received.
 func (s *sender) send(ctx context.Context, b *batch) (response, error) {
-	plain, zipped := s.buffers()
-	body := s.encodeBody(plain, b, time.Now())
-	s.plain = body
+	plain, zipped := getBodyBuffer(), (*[]byte)(nil)
+	*plain = s.encodeBody(*plain, b, time.Now())
+	body := *plain
 	if s.gzip {
-		body = s.compress(zipped, body)
-		s.zipped = body
+		zipped = getBodyBuffer()
+		*zipped = s.compress(*zipped, body)
+		body = *zipped
 	}
+	s.sent, s.plainSize = len(body), len(*plain)
 	use := newBodyUse()
-	s.inFlight = use
 	ctx = httptrace.WithClientTrace(ctx, &use.trace)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(body))
 	if err != nil {
@@ -198,6 +217,7 @@ func (s *sender) send(ctx context.Context, b *batch) (response, error) {
 		req.Header["X-Retry-Count"] = []string{strconv.Itoa(b.attempts)}
 	}
 	resp, err := s.client.Do(req)
+	s.recycle(use, plain, zipped) // Do has returned: no retry of its own can read them again
 	if err != nil {
 		return response{}, s.redactErr(err)
 	}
