@@ -379,9 +379,8 @@ func (c *capacity) markAt(events int) {
 }
 
 // highWaterMark is the high-water mark R69 sets for a client with these
-// settings: two batches for every consumer, one being taken while the
-// other waits, bounded by QueueCapacity.
-func highWaterMark(consumers, flushAt int) int { return 2 * consumers * flushAt }
+// settings: a batch ready for every consumer (bounded by QueueCapacity).
+func highWaterMark(consumers, flushAt int) int { return consumers * flushAt }
 
 // reserve takes one place if the limit allows it, for an event that is
 // queued next (Track and Enqueue).

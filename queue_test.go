@@ -282,7 +282,7 @@ func TestBlockedProducersWakeForABatchInLineOrder(t *testing.T) {
 // Several producers blocked in EnqueueContext share the room fairly: each
 // is given places in turn, none runs ahead of another by more than a
 // batch, and everything arrives. The same holds when what holds them is the
-// high-water mark of queued events (R69: 2 × 1 × 3 = 6) and QueueCapacity
+// high-water mark of queued events (R69: 1 × 3) and QueueCapacity
 // has room.
 func TestBlockedProducersAreServedFairly(t *testing.T) {
 	for _, capacity := range []int{6, 1000} {
@@ -336,27 +336,27 @@ func blockedProducersAreServedFairly(t *testing.T, capacity int) {
 	})
 }
 
-// R69: EnqueueContext waits at the high-water mark of queued events (2 ×
-// Consumers × FlushAt, here 2 × 1 × 2 = 4) although QueueCapacity has
-// plenty of room, and goes on once a batch is taken. Non-blocking Track is
-// held only by QueueCapacity (R43).
+// R69: EnqueueContext waits at the high-water mark of queued events
+// (Consumers × FlushAt, here 1 × 4) although QueueCapacity has plenty of
+// room, and goes on once a batch is taken. Non-blocking Track is held only
+// by QueueCapacity (R43).
 func TestEnqueueContextWaitsAtTheHighWaterMark(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		api := newFakeAPI(func(int, seen) reply { return reply{status: 200, hold: time.Second} })
-		c := newTestClient(t, api, nil, WithQueueCapacity(100), WithFlushAt(2), WithConsumers(1))
+		c := newTestClient(t, api, nil, WithQueueCapacity(100), WithFlushAt(4), WithConsumers(1))
 		ctx := context.Background()
-		for i := 1; i <= 2; i++ {
+		for i := 1; i <= 4; i++ {
 			require.NoError(t, c.EnqueueContext(ctx, track(fmt.Sprintf("e%d", i))))
 		}
-		synctest.Wait() // [e1 e2] is on the wire for a second
+		synctest.Wait() // [e1 … e4] is on the wire for a second
 		require.Len(t, api.requests(), 1)
-		for i := 3; i <= 6; i++ { // four queued: the mark
+		for i := 5; i <= 8; i++ { // four queued: the mark
 			require.NoError(t, c.EnqueueContext(ctx, track(fmt.Sprintf("e%d", i))))
 		}
 		start := time.Now()
 		returned := make(chan time.Duration, 1)
 		go func() {
-			assert.NoError(t, c.EnqueueContext(ctx, track("e7")))
+			assert.NoError(t, c.EnqueueContext(ctx, track("e9")))
 			returned <- time.Since(start)
 		}()
 		synctest.Wait()
@@ -365,18 +365,15 @@ func TestEnqueueContextWaitsAtTheHighWaterMark(t *testing.T) {
 			t.Fatalf("EnqueueContext returned after %v with the queue at its high-water mark", d)
 		default:
 		}
-		assert.Equal(t, int64(6), c.Stats().Pending, "held at the mark: the seventh event is not accepted yet")
+		assert.Equal(t, int64(8), c.Stats().Pending, "held at the mark: the ninth event is not accepted yet")
 		require.NoError(t, c.Track(track("t1")), "Track is bound by QueueCapacity only")
-		// At 1 s [e3 e4] is taken: five queued become three, one place
-		// below the mark, less than a batch. At 2 s [e5 e6] is taken and
-		// the producer is woken.
-		assert.Equal(t, 2*time.Second, <-returned, "woken when a batch's worth is below the mark")
+		assert.Equal(t, time.Second, <-returned, "woken when the next batch was taken")
 		require.NoError(t, flush(t, c, time.Minute))
 		var batches [][]string
 		for _, r := range api.requests() {
 			batches = append(batches, r.ids)
 		}
-		assert.Equal(t, [][]string{{"e1", "e2"}, {"e3", "e4"}, {"e5", "e6"}, {"t1", "e7"}}, batches)
+		assert.Equal(t, [][]string{{"e1", "e2", "e3", "e4"}, {"e5", "e6", "e7", "e8"}, {"t1", "e9"}}, batches)
 		require.NoError(t, closeClient(t, c, time.Second))
 	})
 }
