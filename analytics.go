@@ -199,9 +199,14 @@ func (c *Client) Enqueue(m Message) error { return c.dispatch(context.Background
 
 // EnqueueContext is the blocking mode, for backfills and batch jobs that
 // must not drop: when the queue is full it waits for room until ctx ends,
-// then returns an error matching both ErrQueueFull and ctx.Err(). It never
-// waits when there is room. Other errors are as for Track. The
-// non-blocking calls (Track, Enqueue, …) are unaffected.
+// then returns an error matching both ErrQueueFull and ctx.Err(). It also
+// waits while a batch is queued for every consumer (Consumers × FlushAt
+// events not yet taken, at most QueueCapacity: R69), since more queued
+// events would not be sent any sooner; so a backfill holds about that many
+// events, not QueueCapacity. Blocked callers go on in the order they came,
+// woken when a batch's worth of room is free. Other errors are as for
+// Track. The non-blocking calls (Track, Enqueue, …) are unaffected: they
+// are refused only at QueueCapacity.
 func (c *Client) EnqueueContext(ctx context.Context, m Message) error {
 	if ctx == nil {
 		ctx = context.Background()
