@@ -20,8 +20,12 @@ const (
 	// DefaultFlushInterval is how long a batch may stay open after its first event.
 	DefaultFlushInterval = 5 * time.Second
 	// DefaultQueueCapacity is how many accepted events the client may hold
-	// while they are not on the wire (see WithQueueCapacity).
-	DefaultQueueCapacity = 10_000
+	// while they are not on the wire (see WithQueueCapacity). It is the
+	// client's memory bound in an outage (about 23 MB of heap for 30 000
+	// held events of ~300 bytes) and what keeps a flat-out producer moving
+	// while batches wait for a retry; a backfill through EnqueueContext
+	// holds far fewer (R69).
+	DefaultQueueCapacity = 30_000
 	// DefaultConsumers is the number of upload goroutines. They send
 	// batches concurrently; a batch waiting for a retry holds none of them
 	// (R29).
@@ -189,7 +193,7 @@ func WithFlushInterval(d time.Duration) Option {
 }
 
 // WithQueueCapacity sets how many accepted events the client may hold
-// while they are not on the wire (default 10 000; from 1 to
+// while they are not on the wire (default 30 000; from 1 to
 // MaxQueueCapacity): queued, in an open batch, or in a batch waiting in
 // the waiting room for a backoff or rate-limit retry. When that many are
 // held, enqueue calls return ErrQueueFull (EnqueueContext waits). Only

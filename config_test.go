@@ -28,7 +28,7 @@ func TestDefaultConfig(t *testing.T) {
 		Endpoint:                "https://api.segment.io",
 		FlushAt:                 250,
 		FlushInterval:           5 * time.Second,
-		QueueCapacity:           10_000,
+		QueueCapacity:           30_000,
 		Consumers:               DefaultConsumers,
 		HTTPTimeout:             10 * time.Second,
 		MaxRetries:              1000,

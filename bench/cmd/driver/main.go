@@ -264,7 +264,7 @@ func newClient(ctx context.Context, sdk, endpoint string, drain bool, lg *ledger
 	switch sdk {
 	case "ours", "ours-block", "ours-durable":
 		// Defaults except the endpoint (FlushAt 250, 8 consumers, queue
-		// 10 000, no gzip, silent logger). Track never blocks: with a full
+		// 30 000, no gzip, silent logger). Track never blocks: with a full
 		// queue it returns ErrQueueFull and the event is dropped.
 		//
 		// "ours-block" is the same client used through its blocking mode,
