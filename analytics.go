@@ -201,7 +201,7 @@ func (c *Client) Enqueue(m Message) error { return c.dispatch(context.Background
 // must not drop: when the queue is full it waits for room until ctx ends,
 // then returns an error matching both ErrQueueFull and ctx.Err(). It also
 // waits while a batch is queued for every consumer (Consumers × FlushAt
-// events not yet taken, at most QueueCapacity: R69), since more queued
+// events not yet taken, at most QueueCapacity: R70), since more queued
 // events would not be sent any sooner; so a backfill holds about that many
 // events, not QueueCapacity. Blocked callers go on in the order they came,
 // woken when a batch's worth of room is free. Other errors are as for

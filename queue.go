@@ -77,7 +77,7 @@ func (q *queue) push(ev event) error {
 }
 
 // pushBelowMark is push for EnqueueContext: it also refuses (ErrQueueFull)
-// while the queued events are at the high-water mark (R69), though
+// while the queued events are at the high-water mark (R70), though
 // QueueCapacity may have room.
 func (q *queue) pushBelowMark(ev event) error {
 	q.mu.Lock()
@@ -132,7 +132,7 @@ func (q *queue) pushLocked(ev event) error {
 // woken with a place of its own, in the order the producers came, once a
 // batch's worth of places is free, or at Close. It waits while QueueCapacity
 // is reached, and also while the queued events are at the high-water mark
-// (R69): more queued events would not keep the consumers any busier.
+// (R70): more queued events would not keep the consumers any busier.
 func (q *queue) pushWait(ctx context.Context, ev event) error {
 	for {
 		if !q.places.queued() { // no barging past blocked producers
@@ -335,7 +335,7 @@ func (q *queue) outstanding() int {
 //
 // EnqueueContext calls that find no room wait in a line, first come first
 // served. They also wait while the events queued and not yet taken into a
-// batch are at the high-water mark (R69), though places are free. They are
+// batch are at the high-water mark (R70), though places are free. They are
 // woken only when there is room for a useful amount of work, wakeAt places
 // (a batch), or when the queue is about to run dry (a forced release), not
 // once per place: each woken producer is given its place (granted) as it
@@ -349,7 +349,7 @@ type capacity struct {
 
 	// untaken counts the events queued and not yet taken into a batch,
 	// plus the places granted to blocked producers that have not queued
-	// their event yet. highWater is where EnqueueContext stops (R69).
+	// their event yet. highWater is where EnqueueContext stops (R70).
 	untaken   atomic.Int64
 	highWater int64
 
@@ -373,12 +373,12 @@ func newCapacity(limit int) *capacity {
 func (c *capacity) wakeWhen(places int) { c.wakeAt = max(1, min(int64(places), c.limit)) }
 
 // markAt sets the high-water mark of queued events for EnqueueContext
-// (R69), at least wakeAt and at most the limit.
+// (R70), at least wakeAt and at most the limit.
 func (c *capacity) markAt(events int) {
 	c.highWater = max(c.wakeAt, min(int64(events), c.limit))
 }
 
-// highWaterMark is the high-water mark R69 sets for a client with these
+// highWaterMark is the high-water mark R70 sets for a client with these
 // settings: a batch ready for every consumer (bounded by QueueCapacity).
 func highWaterMark(consumers, flushAt int) int { return consumers * flushAt }
 
@@ -398,7 +398,7 @@ func (c *capacity) reserve() bool {
 }
 
 // reserveBelowMark is reserve for EnqueueContext: it also fails while the
-// untaken events are at the high-water mark (R69).
+// untaken events are at the high-water mark (R70).
 func (c *capacity) reserveBelowMark() bool {
 	if c.untaken.Add(1) > c.highWater {
 		c.untaken.Add(-1)
