@@ -46,9 +46,9 @@ type sender struct {
 	extra     []byte       // shared.Compat BodyFields (compat.go)
 	zw        *gzip.Writer // reused across attempts
 
-	sent      int // size of the last attempt's body, as sent
-	plainSize int // and before gzip
-	recycled  int // body buffers this sender gave back for reuse (tests)
+	sent      int          // size of the last attempt's body, as sent
+	plainSize int          // and before gzip
+	recycled  atomic.Int32 // body buffers given back for reuse (tests)
 }
 
 func newSender(s *settings, client *http.Client) *sender {
@@ -115,6 +115,22 @@ func (s *sender) encodeBody(buf []byte, b *batch, sentAt time.Time) []byte {
 	return append(buf, '}')
 }
 
+// bodyAgain is the attempt's body encoded anew into fresh buffers, for
+// GetBody. It may run on a transport goroutine while the consumer waits in
+// Do, so it shares nothing with the sender that changes: b and sentAt are
+// fixed for the attempt, and it uses its own gzip writer.
+func (s *sender) bodyAgain(b *batch, sentAt time.Time) []byte {
+	body := s.encodeBody(nil, b, sentAt)
+	if !s.gzip {
+		return body
+	}
+	var out bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&out, gzip.BestSpeed)
+	_, _ = zw.Write(body)
+	_ = zw.Close()
+	return out.Bytes()
+}
+
 func (s *sender) compress(dst, body []byte) []byte {
 	out := bytes.NewBuffer(dst[:0])
 	if s.zw == nil {
@@ -128,27 +144,44 @@ func (s *sender) compress(dst, body []byte) []byte {
 }
 
 // bodyUse tracks, through httptrace hooks, whether the transport is done
-// with an attempt's body: net/http may go on writing a request body after
-// RoundTrip returned (an early response), so a buffer is reused only when
-// every request that started writing it has finished (WroteRequest). A
-// RoundTripper that does not call the hooks never gets a reused buffer.
-// The body is a plain *bytes.Reader, which net/http writes through its
-// buffered writer without a per-request copy buffer.
+// with an attempt's body, so that its buffer can be reused. net/http may
+// go on writing a request body after RoundTrip returned (an early
+// response), so the buffer goes back only once a write of it finished
+// without error (WroteRequest), or once Do has returned and every write
+// that started (GetConn) has finished. A retry of net/http's own after a
+// complete write reads the body from GetBody, which encodes it afresh (see
+// send), never from the buffer given back. A RoundTripper that does not
+// call the hooks never has its buffer reused.
 type bodyUse struct {
 	started, finished atomic.Int32
 	trace             httptrace.ClientTrace
+	body              *[]byte       // the buffer the transport reads
+	given             atomic.Bool   // body went back to bodyBuffers
+	recycled          *atomic.Int32 // the sender's count of buffers given back
 }
 
-func newBodyUse() *bodyUse {
-	u := &bodyUse{}
+func newBodyUse(body *[]byte, recycled *atomic.Int32) *bodyUse {
+	u := &bodyUse{body: body, recycled: recycled}
 	u.trace.GetConn = func(string) { u.started.Add(1) }
-	u.trace.WroteRequest = func(httptrace.WroteRequestInfo) { u.finished.Add(1) }
+	u.trace.WroteRequest = func(info httptrace.WroteRequestInfo) {
+		u.finished.Add(1)
+		if info.Err == nil {
+			u.giveBack() // written in full: net/http reads it no more
+		}
+	}
 	return u
 }
 
 func (u *bodyUse) released() bool {
 	n := u.started.Load()
 	return n > 0 && u.finished.Load() == n
+}
+
+// giveBack returns the body's buffer to bodyBuffers, once.
+func (u *bodyUse) giveBack() {
+	if u.given.CompareAndSwap(false, true) {
+		putBodyBuffer(u.body, u.recycled)
+	}
 }
 
 // bodyBuffers holds request body buffers that no transport reads any more,
@@ -164,18 +197,9 @@ func getBodyBuffer() *[]byte {
 	return new([]byte)
 }
 
-// recycle gives the attempt's buffers back for reuse if the transport has
-// released them (see bodyUse); otherwise they are left to the collector.
-func (s *sender) recycle(use *bodyUse, plain, zipped *[]byte) {
-	if !use.released() {
-		return
-	}
-	bodyBuffers.Put(plain)
-	s.recycled++
-	if zipped != nil {
-		bodyBuffers.Put(zipped)
-		s.recycled++
-	}
+func putBodyBuffer(p *[]byte, recycled *atomic.Int32) {
+	bodyBuffers.Put(p)
+	recycled.Add(1)
 }
 
 // response is what classification needs from one attempt.
@@ -189,21 +213,27 @@ type response struct {
 
 // send makes one attempt. A nil error means a status line was received.
 func (s *sender) send(ctx context.Context, b *batch) (response, error) {
-	plain, zipped := getBodyBuffer(), (*[]byte)(nil)
-	*plain = s.encodeBody(*plain, b, time.Now())
-	body := *plain
+	sentAt := time.Now()
+	plain := getBodyBuffer()
+	*plain = s.encodeBody(*plain, b, sentAt)
+	s.sent, s.plainSize = len(*plain), len(*plain)
+	wire := plain
 	if s.gzip {
-		zipped = getBodyBuffer()
-		*zipped = s.compress(*zipped, body)
-		body = *zipped
+		wire = getBodyBuffer()
+		*wire = s.compress(*wire, *plain)
+		s.sent = len(*wire)
+		putBodyBuffer(plain, &s.recycled) // the transport reads only the compressed copy
 	}
-	s.sent, s.plainSize = len(body), len(*plain)
-	use := newBodyUse()
+	use := newBodyUse(wire, &s.recycled)
 	ctx = httptrace.WithClientTrace(ctx, &use.trace)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(*wire))
 	if err != nil {
 		return response{}, err
 	}
+	// A retry of net/http's own (a connection that closed under the
+	// request) reads the body again: encoded afresh, byte for byte the
+	// same, since the buffer may be in use elsewhere by then.
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(s.bodyAgain(b, sentAt))), nil }
 	// Exactly the header set of R5–R7; docs/reference.md lists it.
 	req.Header = http.Header{
 		"Content-Type":  {"application/json"},
@@ -217,7 +247,9 @@ func (s *sender) send(ctx context.Context, b *batch) (response, error) {
 		req.Header["X-Retry-Count"] = []string{strconv.Itoa(b.attempts)}
 	}
 	resp, err := s.client.Do(req)
-	s.recycle(use, plain, zipped) // Do has returned: no retry of its own can read them again
+	if use.released() {
+		use.giveBack() // Do has returned: no retry of its own reads it again
+	}
 	if err != nil {
 		return response{}, s.redactErr(err)
 	}

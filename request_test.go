@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"net/url"
 	"sort"
 	"strings"
@@ -270,32 +271,95 @@ func TestTLSVerificationFailureIsNotRetried(t *testing.T) {
 
 // Body buffers go back for reuse only when net/http reported, through
 // httptrace, that it finished writing them; a RoundTripper without the
-// hooks never has its body buffer reused. Either way the server gets the
-// whole body.
+// hooks never has its body buffer reused (with gzip, the plain buffer goes
+// back at once: the transport never sees it). Either way the server gets
+// the whole body.
 func TestBodyBufferReuse(t *testing.T) {
 	srv := newLoopback(t, nil)
-	s, err := resolve("wk", []Option{WithEndpoint(srv.URL), WithGzip(true)})
-	require.NoError(t, err)
 	bt := benchBatch(10)
-
-	viaNet := newSender(&s, newHTTPClient(&s))
-	for i := 0; i < 2; i++ {
-		resp, err := viaNet.send(context.Background(), bt)
+	for _, gz := range []bool{false, true} {
+		s, err := resolve("wk", []Option{WithEndpoint(srv.URL), WithGzip(gz)})
 		require.NoError(t, err)
-		require.Equal(t, 200, resp.status)
-	}
-	assert.Equal(t, 4, viaNet.recycled, "plain and gzip buffers of both attempts, after WroteRequest")
-	viaNet.client.CloseIdleConnections()
+		viaNet := newSender(&s, newHTTPClient(&s))
+		for i := 0; i < 2; i++ {
+			resp, err := viaNet.send(context.Background(), bt)
+			require.NoError(t, err)
+			require.Equal(t, 200, resp.status)
+		}
+		perAttempt := int32(1)
+		if gz {
+			perAttempt = 2
+		}
+		assert.Equal(t, 2*perAttempt, viaNet.recycled.Load(), "gzip=%t: every buffer of both attempts, after WroteRequest", gz)
+		viaNet.client.CloseIdleConnections()
 
-	api := newFakeAPI(nil)
-	fake := newSender(&s, &http.Client{Transport: api})
-	for i := 0; i < 2; i++ {
-		_, err = fake.send(context.Background(), bt)
-		require.NoError(t, err)
+		api := newFakeAPI(nil)
+		fake := newSender(&s, &http.Client{Transport: api})
+		for i := 0; i < 2; i++ {
+			_, err = fake.send(context.Background(), bt)
+			require.NoError(t, err)
+		}
+		assert.Equal(t, 2*(perAttempt-1), fake.recycled.Load(), "gzip=%t: no reuse of what the transport read without its word", gz)
+		for _, r := range api.requests() {
+			assert.Len(t, r.ids, 10, "the whole body arrived")
+		}
 	}
-	assert.Zero(t, fake.recycled, "no reuse without the transport's word")
-	for _, r := range api.requests() {
-		assert.Len(t, r.ids, 10, "the whole body arrived")
+}
+
+// retryingTransport writes a request the way net/http does when a
+// connection closes under it: it reports the first write finished
+// (WroteRequest, so the client may reuse that buffer at once), scribbles
+// over every body buffer the client has given back, and sends the body
+// GetBody returns. The server must get the same body twice.
+type retryingTransport struct{ bodies [][]byte }
+
+func (rt *retryingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	trace := httptrace.ContextClientTrace(req.Context())
+	trace.GetConn(req.URL.Host)
+	first, _ := io.ReadAll(req.Body)
+	trace.WroteRequest(httptrace.WroteRequestInfo{})
+	for i := 0; i < 4; i++ { // what another consumer would do with a buffer given back
+		p := getBodyBuffer()
+		*p = append((*p)[:0], strings.Repeat("x", cap(*p))...)
+		bodyBuffers.Put(p)
+	}
+	again, err := req.GetBody()
+	if err != nil {
+		return nil, err
+	}
+	trace.GetConn(req.URL.Host)
+	second, _ := io.ReadAll(again)
+	trace.WroteRequest(httptrace.WroteRequestInfo{})
+	rt.bodies = append(rt.bodies, first, second)
+	return &http.Response{StatusCode: 200, Body: http.NoBody, Request: req}, nil
+}
+
+func gunzip(t *testing.T, p []byte) []byte {
+	t.Helper()
+	zr, err := gzip.NewReader(bytes.NewReader(p))
+	require.NoError(t, err)
+	out, err := io.ReadAll(zr)
+	require.NoError(t, err)
+	return out
+}
+
+// A retry of net/http's own after the body was written in full sends the
+// same bytes, although the first buffer went back for reuse.
+func TestBodyRetriedByTheTransportIsTheSame(t *testing.T) {
+	for _, gz := range []bool{false, true} {
+		s, err := resolve("wk", []Option{WithEndpoint("http://api.test"), WithGzip(gz)})
+		require.NoError(t, err)
+		rt := &retryingTransport{}
+		snd := newSender(&s, &http.Client{Transport: rt})
+		_, err = snd.send(context.Background(), benchBatch(10))
+		require.NoError(t, err)
+		require.Len(t, rt.bodies, 2)
+		first, second := rt.bodies[0], rt.bodies[1]
+		if gz {
+			first, second = gunzip(t, first), gunzip(t, second)
+		}
+		assert.Equal(t, string(first), string(second), "gzip=%t", gz)
+		assert.Contains(t, string(first), `"writeKey":"wk"`)
 	}
 }
 
