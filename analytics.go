@@ -99,6 +99,7 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 	places.markAt(highWaterMark(s.Consumers, s.FlushAt))
 	q := newQueue(places, s.FlushAt, batchEventBytes-len(s.compat.BodyFields), s.FlushInterval)
 	q.perEvent = eventSentAtExtra(s.EventSentAt) // R45 with R59
+	q.markBytesFor(s.Consumers)                  // R70: a full batch for every consumer
 	lim := newLimits(q, s.writeKey)
 	cfg := s.Config
 	cfg.Endpoint = redactURL(cfg.Endpoint) // safe in every form: %+v, JSON, slog, zap.Any
@@ -201,9 +202,9 @@ func (c *Client) Enqueue(m Message) error { return c.dispatch(context.Background
 // must not drop: when the queue is full it waits for room until ctx ends,
 // then returns an error matching both ErrQueueFull and ctx.Err(). It also
 // waits while a batch is queued for every consumer (Consumers × FlushAt
-// events not yet taken, at most QueueCapacity: R70), since more queued
-// events would not be sent any sooner; so a backfill holds about that many
-// events, not QueueCapacity. Blocked callers go on in the order they came,
+// events not yet taken, at most QueueCapacity, or more bytes than Consumers
+// full batches carry: R70), since more queued events would not be sent any
+// sooner; so a backfill holds about that many events, not QueueCapacity. Blocked callers go on in the order they came,
 // woken when a batch's worth of room is free. Other errors are as for
 // Track. The non-blocking calls (Track, Enqueue, …) are unaffected: they
 // are refused only at QueueCapacity.

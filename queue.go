@@ -31,6 +31,13 @@ type queue struct {
 	interval time.Duration
 	maxRing  int
 
+	// The high-water mark in bytes (R70): EnqueueContext waits while the
+	// queued events weigh more than markBatches full batches (maxBytes each);
+	// overMark says they do, mirrored in places.bytesAtMark for the line
+	// of blocked producers. markBatches is 0 without a mark.
+	markBatches int
+	overMark    bool
+
 	ready chan struct{} // cap 1: a batch may be ready, or its interval must be timed
 
 	onTake func() // durable mode: runs when a batch is taken (FsyncEveryBatch); nil otherwise
@@ -85,7 +92,7 @@ func (q *queue) pushBelowMark(ev event) error {
 		q.mu.Unlock()
 		return ErrClosed
 	}
-	if !q.places.reserveBelowMark() {
+	if q.overMark || !q.places.reserveBelowMark() {
 		q.mu.Unlock()
 		return ErrQueueFull
 	}
@@ -118,7 +125,8 @@ func (q *queue) pushLocked(ev event) error {
 	if q.n == 1 {
 		q.openedAt = time.Now()
 	}
-	wake := q.n == 1 || q.n == q.flushAt || (q.overBytes() && before-1 <= q.maxBytes) || q.places.full()
+	reached := q.noteMark()
+	wake := q.n == 1 || q.n == q.flushAt || (q.overBytes() && before-1 <= q.maxBytes) || q.places.full() || reached
 	q.mu.Unlock()
 	if wake {
 		signal(q.ready)
@@ -178,6 +186,25 @@ func (q *queue) weight(ev event) int { return len(ev.data) + 1 + q.perEvent }
 // carry (R45).
 func (q *queue) overBytes() bool { return q.bytes-1 > q.maxBytes }
 
+// markBytesFor sets the high-water mark in bytes to batches full batches
+// (R70); q.mu must be held, or the queue not yet shared.
+func (q *queue) markBytesFor(batches int) {
+	q.markBatches = batches
+	q.noteMark()
+}
+
+// noteMark updates overMark after the queued bytes changed; q.mu is held.
+// It reports whether the mark was just reached.
+func (q *queue) noteMark() bool {
+	over := q.markBatches > 0 && q.bytes-1 > q.markBatches*q.maxBytes // more than that many full batches carry, as overBytes
+	if over == q.overMark {
+		return false
+	}
+	q.overMark = over
+	q.places.bytesAtMark.Store(over)
+	return over
+}
+
 // take returns the next batch if one is ready: FlushAt events are queued,
 // or more bytes than a batch may carry, or FlushInterval has passed since
 // the batch opened, or a Flush or Close was asked for after its first event
@@ -191,7 +218,7 @@ func (q *queue) take(now time.Time) (*batch, time.Duration) {
 		return nil, -1
 	}
 	due := q.openedAt.Add(q.interval)
-	ready := q.n >= q.flushAt || q.overBytes() || q.closed || q.places.full() ||
+	ready := q.n >= q.flushAt || q.overBytes() || q.closed || q.places.full() || // overMark implies overBytes
 		q.ledger.flushedSince(q.ring[q.head].epoch) || !now.Before(due)
 	if !ready {
 		q.mu.Unlock()
@@ -209,6 +236,7 @@ func (q *queue) take(now time.Time) (*batch, time.Duration) {
 		b.events = append(b.events, q.popLocked())
 		b.bytes += size
 	}
+	q.noteMark()
 	more := q.n > 0
 	if more {
 		q.openedAt = now // the rest opens the next batch
@@ -231,7 +259,9 @@ func (q *queue) take(now time.Time) (*batch, time.Duration) {
 func (q *queue) setBudget(maxBytes, flushAt int) {
 	q.mu.Lock()
 	q.maxBytes, q.flushAt = maxBytes, flushAt
+	q.noteMark()
 	q.mu.Unlock()
+	q.places.release(0, false) // a higher mark may let blocked producers go on
 	signal(q.ready)
 }
 
@@ -253,6 +283,7 @@ func (q *queue) preload(evs []event) {
 		q.n++
 		q.bytes += q.weight(ev) // as push counts it, so popping evens out
 	}
+	q.noteMark()
 	q.openedAt = time.Now()
 	q.mu.Unlock()
 	q.places.enqueued(len(evs))
@@ -291,6 +322,7 @@ func (q *queue) drain() []event {
 	for q.n > 0 {
 		evs = append(evs, q.popLocked())
 	}
+	q.noteMark()
 	q.mu.Unlock()
 	q.places.taken(len(evs), true)
 	return evs
@@ -352,6 +384,9 @@ type capacity struct {
 	// their event yet. highWater is where EnqueueContext stops (R70).
 	untaken   atomic.Int64
 	highWater int64
+	// bytesAtMark: the queued events weigh the high-water mark in bytes
+	// (see queue.noteMark); nobody in line is granted a place meanwhile.
+	bytesAtMark atomic.Bool
 
 	mu   sync.Mutex
 	line []*blockedProducer // blocked producers, oldest first
@@ -433,6 +468,9 @@ func (c *capacity) taken(n int, force bool) {
 // room is how many more events blocked producers may queue now: free
 // places, and no more than the high-water mark allows.
 func (c *capacity) room() int64 {
+	if c.bytesAtMark.Load() {
+		return 0
+	}
 	return min(c.limit-c.held.Load(), c.highWater-c.untaken.Load())
 }
 
@@ -463,7 +501,7 @@ func (c *capacity) grantLocked(force bool) {
 		return
 	}
 	n := 0
-	for n < len(c.line) && c.reserveBelowMark() {
+	for n < len(c.line) && !c.bytesAtMark.Load() && c.reserveBelowMark() {
 		w := c.line[n]
 		w.granted = true
 		close(w.woken)

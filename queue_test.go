@@ -377,3 +377,44 @@ func TestEnqueueContextWaitsAtTheHighWaterMark(t *testing.T) {
 		require.NoError(t, closeClient(t, c, time.Second))
 	})
 }
+
+// R70 in bytes: with large events EnqueueContext waits once the queued
+// events weigh more than a full batch for every consumer (here one: 475 000
+// bytes), though far fewer than Consumers × FlushAt events are queued and
+// QueueCapacity has room; it goes on when the next batch is taken.
+func TestEnqueueContextWaitsAtTheHighWaterMarkInBytes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := newFakeAPI(func(int, seen) reply { return reply{status: 200, hold: time.Second} })
+		c := newTestClient(t, api, nil, WithFlushAt(1000), WithFlushInterval(time.Hour), WithConsumers(1))
+		ctx := context.Background()
+		id := func(i int) string { return fmt.Sprintf("e%02d", i) }
+		var ids []string
+		for i := 0; i <= 38; i++ { // 19 events of 24 999 bytes and their commas fill a batch
+			require.NoError(t, c.EnqueueContext(ctx, sizedTrack(t, id(i), 24_999)))
+			ids = append(ids, id(i))
+			synctest.Wait()
+		}
+		// e00–e18 are on the wire; e19–e38 weigh 500 000 bytes: the mark.
+		start := time.Now()
+		returned := make(chan time.Duration, 1)
+		go func() {
+			assert.NoError(t, c.EnqueueContext(ctx, sizedTrack(t, id(39), 24_999)))
+			returned <- time.Since(start)
+		}()
+		synctest.Wait()
+		select {
+		case d := <-returned:
+			t.Fatalf("EnqueueContext returned after %v with the queued bytes at the high-water mark", d)
+		default:
+		}
+		assert.Equal(t, int64(39), c.Stats().Pending, "held at the mark in bytes: 20 queued, far from 1 000 events")
+		assert.Equal(t, time.Second, <-returned, "woken when the next batch was taken")
+		require.NoError(t, flush(t, c, time.Minute))
+		reqs := api.requests()
+		require.Len(t, reqs, 3)
+		assert.Equal(t, ids[:19], reqs[0].ids)
+		assert.Equal(t, ids[19:38], reqs[1].ids)
+		assert.Equal(t, []string{id(38), id(39)}, reqs[2].ids)
+		require.NoError(t, closeClient(t, c, time.Second))
+	})
+}
