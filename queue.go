@@ -218,7 +218,8 @@ func (q *queue) take(now time.Time) (*batch, time.Duration) {
 		return nil, -1
 	}
 	due := q.openedAt.Add(q.interval)
-	ready := q.n >= q.flushAt || q.overBytes() || q.closed || q.places.full() || // overMark implies overBytes
+	// (At the high-water mark in bytes the queue is over a batch's bytes too.)
+	ready := q.n >= q.flushAt || q.overBytes() || q.closed || q.places.full() ||
 		q.ledger.flushedSince(q.ring[q.head].epoch) || !now.Before(due)
 	if !ready {
 		q.mu.Unlock()
@@ -454,8 +455,8 @@ func (c *capacity) reserveBelowMark() bool {
 // enqueued counts n events queued without a reservation (preload).
 func (c *capacity) enqueued(n int) { c.untaken.Add(int64(n)) }
 
-// unqueue counts off n events taken from the queue (into a batch, or
-// drained), or a granted place that was not used; release follows.
+// unqueue counts off n granted places that were not used (Close came
+// first); release follows.
 func (c *capacity) unqueue(n int) { c.untaken.Add(-int64(n)) }
 
 // taken is release for n events taken from the queue: they leave the
