@@ -123,14 +123,14 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 		c.stopRetries = new(atomic.Bool)
 	}
 	if s.disk != nil {
-		var replay []event
-		c.disk, replay, err = openDurable(s.disk, s.logger, c.keepMessages)
+		var replay int
+		c.disk, replay, err = openDurable(s.disk, s.logger)
 		if err != nil {
 			return nil, err
 		}
 		c.settle.disk = c.disk
 		q.onTake = c.disk.beforeBatch
-		q.preload(replay) // sent before any new event
+		c.disk.startReader(q, c.settle, replay) // read back, before any new event, as memory allows
 	}
 	c.interrupt, c.cancelInterrupt = context.WithCancel(context.Background())
 	httpClient := newHTTPClient(&s)
@@ -357,6 +357,10 @@ func (c *Client) Close(ctx context.Context) error {
 	if c.ownTransport != nil {
 		c.ownTransport.CloseIdleConnections() // no keep-alive goroutines outlive Close
 	}
+	var onDisk int64
+	if c.disk != nil {
+		onDisk = c.disk.stopReader() // kept on disk, counted, no callback (spill.go)
+	}
 	rest := c.q.drain()
 	waiting := c.room.close() // handed back batch by batch: each keeps its Last and Attempts
 	handing := len(rest)
@@ -391,6 +395,9 @@ func (c *Client) Close(ctx context.Context) error {
 	if c.disk != nil {
 		c.disk.close() // handed-back events stay on disk
 		kept = " (kept in the disk buffer)"
+		if onDisk > 0 {
+			kept = fmt.Sprintf(" (kept in the disk buffer; %d of them never left it and got no callback)", onDisk)
+		}
 	}
 	if n == 0 && !(interrupted && c.q.outstanding() > 0) {
 		return nil

@@ -1,7 +1,6 @@
 package analytics
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -208,14 +207,28 @@ type durable struct {
 	stopped  sync.WaitGroup
 	observer func()
 
-	replayed atomic.Int64
+	replayed atomic.Int64 // events an earlier client left, less those found not to be events or unreadable
 	skipped  atomic.Int64 // replayed records with a valid checksum but no JSON object
+	lost     atomic.Int64 // replayed events whose record could no longer be read back
+
+	// The disk as the buffer (spill.go).
+	q         *queue
+	settle    *settler
+	mu        sync.Mutex // an enqueue call's append and its memory-or-disk decision; the reader's hand-over
+	spilling  bool       // events go to disk only until the reader has caught up; guarded by mu
+	onDisk    int64      // accepted events on disk only, not read back yet; guarded by mu
+	runs      []epochRun // their ledger epochs, oldest first; guarded by mu
+	onDiskNow atomic.Int64
+	spilled   atomic.Int64  // events accepted to disk only since New
+	wake      chan struct{} // cap 1: events went to disk only, or places were freed
+	readStop  chan struct{}
+	readDone  chan struct{}
 }
 
-// openDurable opens d.dir and returns the buffer and the events to replay,
-// ready for the queue (with messages decoded when withMessages).
-func openDurable(d *diskSettings, zlog *zap.Logger, withMessages bool) (*durable, []event, error) {
-	log, recs, err := diskbuf.Open(d.dir, diskbuf.Options{
+// openDurable opens d.dir and returns the buffer and the number of events
+// an earlier client left there (read back later: see startReader).
+func openDurable(d *diskSettings, zlog *zap.Logger) (*durable, int, error) {
+	log, n, err := diskbuf.OpenLog(d.dir, diskbuf.Options{
 		SegmentBytes: d.segment,
 		MaxBytes:     d.limit,
 		NoMmap:       d.noMmap,
@@ -223,34 +236,16 @@ func openDurable(d *diskSettings, zlog *zap.Logger, withMessages bool) (*durable
 		Errorf:       func(format string, args ...any) { zlog.Error(fmt.Sprintf(format, args...)) },
 	})
 	if errors.Is(err, diskbuf.ErrLocked) {
-		return nil, nil, fmt.Errorf("%w: %s", ErrDiskBufferLocked, d.dir)
+		return nil, 0, fmt.Errorf("%w: %s", ErrDiskBufferLocked, d.dir)
 	}
 	if err != nil {
-		return nil, nil, &DiskError{Op: "open", Dir: d.dir, Err: err}
+		return nil, 0, &DiskError{Op: "open", Dir: d.dir, Err: err}
 	}
-	dur := &durable{log: log, dir: d.dir, policy: d.policy, zlog: zlog, stop: make(chan struct{}), observer: d.syncObserver}
-	evs := make([]event, 0, len(recs))
-	for _, r := range recs {
-		ev := event{data: r.Data, seg: r.Seg, off: r.Off}
-		var m Message
-		if withMessages || !json.Valid(r.Data) {
-			m, err = rebuildMessage(r.Data)
-		}
-		if err != nil {
-			// A record with a valid checksum that is not an event: skipped,
-			// counted and acknowledged, never sent.
-			dur.skipped.Add(1)
-			zlog.Warn("disk buffer: skipped a record that is not an event", zap.Error(err))
-			dur.ack([]event{ev})
-			err = nil
-			continue
-		}
-		ev.msg = m
-		evs = append(evs, ev)
-	}
-	dur.replayed.Store(int64(len(evs)))
-	if st := log.Stats(); st != (diskbuf.Stats{}) || len(evs) > 0 {
-		zlog.Info("disk buffer opened", zap.String("dir", d.dir), zap.Int("replayed", len(evs)),
+	dur := &durable{log: log, dir: d.dir, policy: d.policy, zlog: zlog, stop: make(chan struct{}), observer: d.syncObserver,
+		wake: make(chan struct{}, 1), readStop: make(chan struct{}), readDone: make(chan struct{})}
+	dur.replayed.Store(int64(n))
+	if st := log.Stats(); st != (diskbuf.Stats{}) || n > 0 {
+		zlog.Info("disk buffer opened", zap.String("dir", d.dir), zap.Int("replayed", n),
 			zap.Int("torn", st.Torn), zap.Int("corrupt", st.Corrupt),
 			zap.Int("missingSegments", st.Missing), zap.Int("skippedEntries", st.Skipped))
 	}
@@ -258,7 +253,7 @@ func openDurable(d *diskSettings, zlog *zap.Logger, withMessages bool) (*durable
 		dur.stopped.Add(1)
 		go dur.syncEvery(d.interval)
 	}
-	return dur, evs, nil
+	return dur, n, nil
 }
 
 func (d *durable) syncEvery(iv time.Duration) {
@@ -337,14 +332,4 @@ func (d *durable) close() {
 	if err := d.log.Close(); err != nil {
 		d.zlog.Error("disk buffer: close failed", zap.String("dir", d.dir), zap.Error(err))
 	}
-}
-
-// appendDurable is accept's disk step. Without wait, a client already full
-// refuses the event before it is written; with wait (EnqueueContext) the
-// event is written and then waits for room like any other.
-func (c *Client) appendDurable(ev *event, data []byte, wait bool) error {
-	if !wait && c.q.places.full() {
-		return ErrQueueFull
-	}
-	return c.disk.append(ev, data)
 }

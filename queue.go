@@ -139,7 +139,7 @@ func (q *queue) pushWait(ctx context.Context, ev event) error {
 }
 
 func (q *queue) grow() {
-	q.resize(max(min(len(q.ring)*2, q.maxRing), q.n+1)) // more than maxRing only after a preload
+	q.resize(max(min(len(q.ring)*2, q.maxRing), q.n+1)) // more than maxRing only after a load
 }
 
 // resize moves the queued events to a ring of size places (≥ q.n).
@@ -216,28 +216,54 @@ func (q *queue) setBudget(maxBytes, flushAt int) {
 	signal(q.ready)
 }
 
-// preload queues events replayed from the disk buffer ahead of any new
-// one, before consumers start. They are accepted already, so they take
-// their places whatever the limit (as a re-queued batch does, R44) and the
-// ring grows to hold them.
-func (q *queue) preload(evs []event) {
+// load queues events read back from the disk buffer (durable mode, see
+// spill.go): accepted already and counted in the ledger (their epoch is
+// set), so they take their places whatever the limit, as a re-queued
+// batch does (R44).
+func (q *queue) load(evs []event) {
 	if len(evs) == 0 {
 		return
 	}
 	q.mu.Lock()
 	if len(q.ring) < q.n+len(evs) {
-		q.resize(q.n + len(evs))
+		q.resize(max(min(len(q.ring)*2, q.maxRing), q.n+len(evs)))
+	}
+	if q.n == 0 {
+		q.openedAt = time.Now()
 	}
 	for _, ev := range evs {
-		ev.epoch = q.ledger.add()
 		q.ring[(q.head+q.n)%len(q.ring)] = ev
 		q.n++
 		q.bytes += q.weight(ev) // as push counts it, so popping evens out
 	}
-	q.openedAt = time.Now()
 	q.mu.Unlock()
 	q.places.hold(len(evs))
 	signal(q.ready)
+}
+
+// account counts n accepted events that are not queued (durable mode: on
+// disk only, see spill.go) in the ledger, so Flush and Close wait for
+// them, and returns their epoch; ErrClosed after close.
+func (q *queue) account(n int) (uint64, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return 0, ErrClosed
+	}
+	return q.ledger.addN(n), nil
+}
+
+// dischargeRuns counts off runs of events that were accounted but never
+// queued (see account) and have their disposition.
+func (q *queue) dischargeRuns(runs []epochRun) {
+	if len(runs) == 0 {
+		return
+	}
+	q.mu.Lock()
+	for _, r := range runs {
+		q.ledger.doneN(r.epoch, int(r.n))
+	}
+	q.mu.Unlock()
 }
 
 // popLocked removes the oldest queued event; q.n must be > 0.
@@ -327,6 +353,8 @@ type capacity struct {
 
 	mu   sync.Mutex
 	line []*blockedProducer // blocked producers, oldest first
+
+	freed chan struct{} // durable mode: signalled when places are released (the disk reader waits on it); nil otherwise
 }
 
 // blockedProducer is one producer waiting for room. woken is closed when
@@ -369,6 +397,9 @@ func (c *capacity) hold(n int) { c.held.Add(int64(n)) }
 // force is set (the queue runs dry: any room is useful).
 func (c *capacity) release(n int, force bool) {
 	c.held.Add(-int64(n))
+	if c.freed != nil {
+		signal(c.freed)
+	}
 	if c.waiters.Load() > 0 {
 		c.mu.Lock()
 		c.grantLocked(force)

@@ -260,6 +260,15 @@ type Stats struct {
 	DiskCorrupt int64 // corrupt regions before valid records, and records that were not events, skipped at New
 	DiskMissing int64 // segments lost from the directory (a gap in their numbers, or no valid header), found at New
 	DiskSkipped int64 // directory entries named like disk buffer files that are not regular files, ignored at New
+
+	// Durable mode: the disk as the buffer (QueueCapacity bounds memory,
+	// WithDiskLimit what is accepted; see WithDiskBuffer).
+	Spilled int64 // events accepted while memory was full (or events were already on disk only), written to the disk buffer only and read back later
+	// OnDisk is not cumulative: the accepted and replayed events that are
+	// on disk only now, waiting to be read back into memory. After Close
+	// it is the number Close left there without reading them back: kept
+	// for the next client, counted in HandedBack, and given no callback.
+	OnDisk int64
 }
 
 type counters struct {
@@ -320,8 +329,9 @@ func (c *Client) Stats() Stats {
 	}
 	if d := c.disk; d != nil {
 		st.Replayed = d.replayed.Load()
+		st.Spilled, st.OnDisk = d.spilled.Load(), d.onDiskNow.Load()
 		ds := d.log.Stats()
-		st.DiskTorn, st.DiskCorrupt = int64(ds.Torn), int64(ds.Corrupt)+d.skipped.Load()
+		st.DiskTorn, st.DiskCorrupt = int64(ds.Torn), int64(ds.Corrupt)+d.skipped.Load()+d.lost.Load()
 		st.DiskMissing, st.DiskSkipped = int64(ds.Missing), int64(ds.Skipped)
 	}
 	return st

@@ -182,6 +182,8 @@ type Log struct {
 	compactAt  atomic.Int64 // compaction starts once ackBytes exceeds this
 	unmarked   []gap        // segments to mark as deleted (missing at Open, or deleted without a marker); reclaimer only
 
+	freed chan struct{} // closed (and replaced) when reclaim deletes segments; guarded by mu
+
 	wake  chan struct{}
 	flush chan chan struct{} // Reclaim's requests
 	quit  chan struct{}
@@ -244,7 +246,8 @@ func OpenLog(dir string, opts Options) (*Log, int, error) {
 	}
 	l := &Log{
 		dir: dir, dirInfo: fi, opts: opts, lock: lock, buf: make([]byte, 0, 4096),
-		wake: make(chan struct{}, 1), flush: make(chan chan struct{}), quit: make(chan struct{}), done: make(chan struct{}),
+		freed: make(chan struct{}),
+		wake:  make(chan struct{}, 1), flush: make(chan chan struct{}), quit: make(chan struct{}), done: make(chan struct{}),
 	}
 	replayed, err := l.load()
 	if err != nil {
@@ -1068,6 +1071,20 @@ func (l *Log) reclaim() {
 			l.logf("diskbuf: could not delete %s: %v", filepath.Base(s.path), err)
 		}
 	}
+	l.mu.Lock()
+	if !l.closed {
+		close(l.freed)
+		l.freed = make(chan struct{})
+	}
+	l.mu.Unlock()
+}
+
+// Freed returns a channel closed the next time segments are deleted (room
+// may have come back under MaxBytes), or at Close.
+func (l *Log) Freed() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.freed
 }
 
 // writeMarks appends deletion markers for gs and syncs the ack file.
@@ -1302,6 +1319,7 @@ func (l *Log) Close() error {
 	}
 	err := l.sealActiveLocked()
 	l.closed = true
+	close(l.freed) // a waiter for room learns of the Close
 	l.mu.Unlock()
 	close(l.quit)
 	<-l.done

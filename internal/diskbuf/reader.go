@@ -311,3 +311,13 @@ func (r *Reader) dropOld(s *Segment) int {
 	return max(n, 0)
 }
 
+// AtEnd reports whether the reader has read everything written so far:
+// it is at the end of the active segment (or no segment is left after
+// its position).
+func (r *Reader) AtEnd() bool {
+	s, size, sealed := r.l.segmentFrom(r.seq)
+	if s == nil {
+		return true
+	}
+	return s.seq == r.seq && !s.old && !sealed && r.off >= size
+}
