@@ -3,6 +3,7 @@ package analytics
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -51,4 +52,45 @@ func TestDurableCatchUp(t *testing.T) {
 	if segs := segments(t, dir); len(segs) != 0 {
 		t.Fatalf("%d segment(s) left", len(segs))
 	}
+}
+
+// TestDurableReplayReadsBackAsRoomAllows: New on a backlog of 50 000
+// events (with OnSuccess registered, so messages are needed) holds no more
+// of them in memory than QueueCapacity and the batches in flight allow,
+// and decodes none up front: the rest stays on disk (Stats.OnDisk) until
+// room frees.
+func TestDurableReplayReadsBackAsRoomAllows(t *testing.T) {
+	const backlog, capacity = 50_000, 1000
+	dir := t.TempDir()
+	c1 := newTestClient(t, newFakeAPI(sequence(reply{status: 503})), nil,
+		WithDiskBuffer(dir), WithQueueCapacity(capacity))
+	for i := range backlog {
+		mustTrack(t, c1, fmt.Sprintf("a%05d", i))
+	}
+	_ = closeClient(t, c1, 20*time.Millisecond)
+
+	t0 := time.Now()
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	api := newFakeAPI(sequence(reply{hold: time.Hour}))
+	cb := &callbacks{}
+	c2 := newTestClient(t, api, cb, append(cb.options(), WithDiskBuffer(dir), WithQueueCapacity(capacity))...)
+	for c2.Stats().OnDisk > backlog-capacity-DefaultConsumers*DefaultFlushAt && time.Since(t0) < 5*time.Second {
+		time.Sleep(time.Millisecond) // until every consumer holds a batch and memory is full
+	}
+	time.Sleep(50 * time.Millisecond) // a reader that loads past its room would do so now
+	runtime.GC()
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	st := c2.Stats()
+	if want := int64(backlog - capacity - DefaultConsumers*DefaultFlushAt); st.OnDisk != want || st.Replayed != backlog {
+		t.Errorf("after New: %d of %d replayed events on disk only, want %d", st.OnDisk, st.Replayed, want)
+	}
+	grew := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	if grew > 8<<20 {
+		t.Errorf("the heap grew by %d MiB with %d events in memory", grew>>20, capacity+DefaultConsumers*DefaultFlushAt)
+	}
+	t.Logf("heap +%d KiB, %d events on disk only", grew>>10, st.OnDisk)
+	_ = closeClient(t, c2, 20*time.Millisecond)
 }

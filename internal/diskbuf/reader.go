@@ -195,13 +195,12 @@ func (r *Reader) readNew(s *Segment, size int64, limit, maxBytes int) ([]Replaye
 	if r.off >= size {
 		return nil, nil
 	}
-	want := int(min(size-r.off, int64(max(readChunk, min(maxBytes, 4<<20)))))
+	want := int(min(size-r.off, readChunk))
 	b, err := r.read(s, r.off, want)
 	if err != nil {
 		return nil, err
 	}
 	var out []Replayed
-	var data []byte // one allocation for the events of this read
 	pos, bytes := 0, 0
 	for pos < len(b) && len(out) < limit && bytes < maxBytes {
 		budget := MaxRecord
@@ -217,23 +216,29 @@ func (r *Reader) readNew(s *Segment, size int64, limit, maxBytes int) ([]Replaye
 			break // the rest in the next read
 		}
 		if !ok {
+			own(out, bytes)
 			return out, fmt.Errorf("%w in %s at offset %d", ErrBadRecord, s.path, r.off+int64(pos))
 		}
 		body := b[pos+headerSize+1 : pos+n]
-		if data == nil {
-			data = make([]byte, 0, min(len(b)-pos, maxBytes))
-		}
-		if cap(data)-len(data) < len(body) {
-			data = make([]byte, 0, max(len(body), min(len(b)-pos, maxBytes)))
-		}
-		at := len(data)
-		data = append(data, body...)
-		out = append(out, Replayed{Seg: s, Off: uint32(r.off) + uint32(pos), Data: data[at:len(data):len(data)]})
+		out = append(out, Replayed{Seg: s, Off: uint32(r.off) + uint32(pos), Data: body})
 		bytes += len(body)
 		pos += n
 	}
 	r.off += int64(pos)
+	own(out, bytes)
 	return out, nil
+}
+
+// own copies the events' Data (in the read buffer) into one allocation
+// of exactly their size, so an event kept in memory holds no more than
+// the events read with it.
+func own(out []Replayed, bytes int) {
+	data := make([]byte, 0, bytes)
+	for i := range out {
+		at := len(data)
+		data = append(data, out[i].Data...)
+		out[i].Data = data[at:len(data):len(data)]
+	}
 }
 
 // readOld reads the listed events of a segment Open found. A listed
@@ -249,7 +254,6 @@ func (r *Reader) readOld(s *Segment, limit, maxBytes int) (out []Replayed, lost 
 	if err != nil {
 		return nil, 0, err
 	}
-	var data []byte // one allocation for the events of this read
 	bytes := 0
 	for r.ri < len(s.replay) && len(out) < limit && bytes < maxBytes {
 		off := int64(s.replay[r.ri])
@@ -281,14 +285,10 @@ func (r *Reader) readOld(s *Segment, limit, maxBytes int) (out []Replayed, lost 
 			continue
 		}
 		body := b[pos+headerSize+1 : pos+n]
-		if cap(data)-len(data) < len(body) {
-			data = make([]byte, 0, max(len(body), min(len(b)-pos, maxBytes)))
-		}
-		at := len(data)
-		data = append(data, body...)
-		out = append(out, Replayed{Seg: s, Off: uint32(off), Data: data[at:len(data):len(data)], Old: true})
+		out = append(out, Replayed{Seg: s, Off: uint32(off), Data: body, Old: true})
 		bytes += len(body)
 	}
+	own(out, bytes)
 	return out, lost, nil
 }
 
