@@ -41,7 +41,8 @@ var _ Tracker = (*Client)(nil)
 // empty, and queue it without blocking and without I/O (in durable mode,
 // see WithDiskBuffer, with one append to the disk buffer). A nil error means
 // the event was accepted: it will get exactly one disposition, reported
-// through the callbacks. An error means it was rejected: it is never sent and
+// through the callbacks (in durable mode, except an event Close leaves on
+// disk without reading it back: see WithDiskBuffer). An error means it was rejected: it is never sent and
 // gets no callback. The client keeps nothing of the caller's message, maps
 // included (see Message), so the caller may reuse or change it after the
 // call.
@@ -199,8 +200,10 @@ func (c *Client) Enqueue(m Message) error { return c.dispatch(context.Background
 // EnqueueContext is the blocking mode, for backfills and batch jobs that
 // must not drop: when the queue is full it waits for room until ctx ends,
 // then returns an error matching both ErrQueueFull and ctx.Err(). It never
-// waits when there is room. Other errors are as for Track. The
-// non-blocking calls (Track, Enqueue, …) are unaffected.
+// waits when there is room. In durable mode (WithDiskBuffer) a full memory
+// is no reason to wait, since the event is kept on disk: it waits only at
+// the disk limit, until delivered events free space. Other errors are as
+// for Track. The non-blocking calls (Track, Enqueue, …) are unaffected.
 func (c *Client) EnqueueContext(ctx context.Context, m Message) error {
 	if ctx == nil {
 		ctx = context.Background()

@@ -136,10 +136,11 @@ func WithFsyncInterval(iv time.Duration) DiskOption {
 
 // WithDiskLimit bounds the bytes the disk buffer's files may take
 // (default 512 MiB, at least two segments): the segments, the active one
-// counted at its full size, and the acknowledgement files. It holds across
-// restarts: New starts no segment past it. Past it, enqueue calls return
-// an error matching ErrQueueFull until delivered events free whole
-// segments.
+// counted at its full size, and the acknowledgement files. In durable mode
+// it is what bounds the accepted events (QueueCapacity bounds only those
+// in memory). It holds across restarts: New starts no segment past it.
+// Past it, enqueue calls return an error matching ErrQueueFull until
+// delivered events free whole segments (EnqueueContext waits for that).
 func WithDiskLimit(bytes int64) DiskOption {
 	return diskOptionFunc(func(d *diskSettings) { d.limit = bytes })
 }
@@ -172,10 +173,23 @@ func WithSegmentSize(bytes int64) DiskOption {
 // directory on a full disk (enqueue calls then return a *DiskError until
 // delivered events free space).
 //
-// An enqueue call then costs one write(2) more; it returns an error
-// matching ErrQueueFull past the disk limit (WithDiskLimit) and a
-// *DiskError when the write fails. Without this option nothing touches
-// the disk. The files are described in docs/durable.md.
+// The disk is the buffer: QueueCapacity bounds the events held in memory,
+// and WithDiskLimit what is accepted. An event that finds memory full is
+// kept on disk only (Stats.Spilled) and read back, oldest first, by a
+// goroutine of the client's as batches leave; events are sent in the order
+// they were accepted, replayed ones first. New does not load the replayed
+// events either: they are read back the same way. Flush and Close wait for
+// events on disk only like any other. An event still on disk only when
+// Close's deadline hands back stays there for the next client and gets no
+// callback: Close's error says how many, and they are counted in
+// Stats.HandedBack and Stats.OnDisk.
+//
+// An enqueue call then costs one append to the log more; it returns an
+// error matching ErrQueueFull past the disk limit (WithDiskLimit; the
+// non-blocking calls at once, EnqueueContext once its context ends, as it
+// waits for delivered events to free space) and a *DiskError when the
+// write fails. Without this option nothing touches the disk. The files and
+// the capacity model are described in docs/durable.md.
 func WithDiskBuffer(dir string, opts ...DiskOption) Option {
 	return optionFunc(func(s *settings) {
 		d := &diskSettings{dir: dir, interval: DefaultFsyncInterval, limit: DefaultDiskLimit, segment: DefaultSegmentSize}
