@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -27,7 +28,7 @@ func TestDurableCatchUp(t *testing.T) {
 		t.Fatalf("Close: %v", err)
 	}
 	if st := c1.Stats(); st.HandedBack != 3000 || st.OnDisk < 3000-100-50*DefaultConsumers || st.Spilled < st.OnDisk {
-		t.Fatalf("after Close: %+v", st)
+		t.Errorf("after Close: %+v", st)
 	}
 
 	api := newFakeAPI(nil)
@@ -93,4 +94,33 @@ func TestDurableReplayReadsBackAsRoomAllows(t *testing.T) {
 	}
 	t.Logf("heap +%d KiB, %d events on disk only", grew>>10, st.OnDisk)
 	_ = closeClient(t, c2, 20*time.Millisecond)
+}
+
+// TestDurableCloseLeavesUnreadOnDisk: Close's deadline hands back the
+// events in memory through OnError (Kept) and leaves those on disk only
+// where they are, without a callback; its error counts both. The audit
+// checks the rest: every accepted event handed back once, and the
+// directory holding exactly the handed-back events, those without a
+// callback being Stats.OnDisk.
+func TestDurableCloseLeavesUnreadOnDisk(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cb := &callbacks{}
+		c := newTestClient(t, newFakeAPI(sequence(reply{hold: time.Hour})), cb,
+			append(cb.options(), WithDiskBuffer(t.TempDir()), WithQueueCapacity(10), WithFlushAt(5), WithConsumers(1))...)
+		for i := range 100 {
+			mustTrack(t, c, fmt.Sprintf("m%03d", i))
+		}
+		synctest.Wait() // one batch in flight, 10 in memory, the rest on disk only
+		err := closeClient(t, c, 10*time.Millisecond)
+		if !errors.Is(err, ErrShutdownInterrupted) || !strings.Contains(err.Error(), "100 event(s) handed back (kept in the disk buffer; 85 of them never left it and got no callback)") {
+			t.Fatalf("Close: %v", err)
+		}
+		inCallbacks := 0
+		for _, e := range cb.errors() {
+			inCallbacks += len(e.msgs)
+		}
+		if inCallbacks != 15 || c.Stats().OnDisk != 85 {
+			t.Fatalf("%d events in hand-back callbacks, want 15; %d left on disk only, want 85", inCallbacks, c.Stats().OnDisk)
+		}
+	})
 }
