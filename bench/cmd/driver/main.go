@@ -114,12 +114,12 @@ type Outcomes struct {
 	Rejected   int64 `json:"rejected"`    // the enqueue call returned an error
 	Failed     int64 `json:"failed"`      // told: OnError with a failure (ours), Callback.Failure before Close (peers)
 	HandedBack int64 `json:"handed_back"` // told: OnError with ErrShutdownInterrupted (ours), and KeptOnDisk
+	Abandoned  int64 `json:"abandoned"`   // peers: Callback.Failure while Close ran (their Close gives up on retries)
+	Dropped    int64 `json:"dropped"`     // peers: Callback.Failure with ErrTooManyRequests (1000 sends in flight)
 	// KeptOnDisk (ours-durable): handed back without a callback, left on
 	// disk by Close without being read back (Stats.OnDisk): counted by the
 	// client, not per event.
 	KeptOnDisk int64 `json:"kept_on_disk,omitempty"`
-	Abandoned  int64 `json:"abandoned"`   // peers: Callback.Failure while Close ran (their Close gives up on retries)
-	Dropped    int64 `json:"dropped"`     // peers: Callback.Failure with ErrTooManyRequests (1000 sends in flight)
 	// Lost: the sink never got it and the app was not told, or (peers) it
 	// was abandoned or dropped. The count of events, not at the sink, that
 	// were neither rejected, failed nor handed back.
