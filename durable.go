@@ -177,8 +177,9 @@ func WithSegmentSize(bytes int64) DiskOption {
 // and WithDiskLimit what is accepted. An event that finds memory full is
 // kept on disk only (Stats.Spilled) and read back, oldest first, by a
 // goroutine of the client's as batches leave; events are sent in the order
-// they were accepted, replayed ones first. New does not load the replayed
-// events either: they are read back the same way. Flush and Close wait for
+// they were accepted, replayed ones first; their callbacks get messages
+// decoded from the stored JSON. New does not load the replayed events
+// either: they are read back the same way. Flush and Close wait for
 // events on disk only like any other. An event still on disk only when
 // Close's deadline hands back stays there for the next client and gets no
 // callback: Close's error says how many, and they are counted in
@@ -237,6 +238,9 @@ type durable struct {
 	wake      chan struct{} // cap 1: events went to disk only, or places were freed
 	readStop  chan struct{}
 	readDone  chan struct{}
+	// readerDone: Close took the events on disk only (guarded by mu);
+	// readFailing: the last read failed (reader goroutine only).
+	readerDone, readFailing bool
 }
 
 // openDurable opens d.dir and returns the buffer and the number of events

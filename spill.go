@@ -37,6 +37,9 @@ const readBatch = 2048
 // readRetry is how long the reader waits after a read error.
 const readRetry = 100 * time.Millisecond
 
+// readerStopWait bounds how long Close waits for a read in progress.
+const readerStopWait = 100 * time.Millisecond
+
 // acceptDurable is accept in durable mode: it appends the event's JSON to
 // the log (written to the OS before the call returns), then queues it in
 // memory, or leaves it on disk only when memory is full or events are
@@ -159,6 +162,7 @@ func (d *durable) startReader(q *queue, settle *settler, replay int) {
 // stopReader. It runs on a goroutine of its own.
 func (d *durable) readBack() {
 	defer close(d.readDone)
+	defer d.log.Reader().Close()
 	q := d.q
 	for {
 		select {
@@ -187,9 +191,11 @@ func (d *durable) loadSome(q *queue) bool {
 		return false
 	}
 	recs, lost, err := d.log.Reader().Next(int(min(free, n, readBatch)), 4<<20)
-	if err != nil {
+	if err != nil && !d.readFailing {
+		// Logged once per run of failures (retried every readRetry).
 		d.zlog.Error("disk buffer: reading events back failed", zap.String("dir", d.dir), zap.Error(err))
 	}
+	d.readFailing = err != nil
 	evs := make([]event, 0, len(recs))
 	var notEvents []event
 	for _, r := range recs {
@@ -218,6 +224,12 @@ func (d *durable) loadSome(q *queue) bool {
 	// does not matter to the ledger, only the number per epoch.
 	var gone []epochRun
 	d.mu.Lock()
+	if d.readerDone {
+		// Close took what is on disk only as kept while this read ran
+		// (a slow disk): what it read stays there, unacknowledged.
+		d.mu.Unlock()
+		return false
+	}
 	i := int64(0)
 	d.takeRunsLocked(int64(len(recs)+lost), func(epoch uint64, k int64) {
 		for ; k > 0 && i < int64(len(evs)); k-- {
@@ -257,10 +269,15 @@ func (d *durable) loadSome(q *queue) bool {
 // error) and in Stats.OnDisk. It returns their number.
 func (d *durable) stopReader() int64 {
 	close(d.readStop)
-	<-d.readDone
+	select {
+	case <-d.readDone:
+	case <-time.After(readerStopWait):
+		// A read stalled by the file system: Close does not wait for it;
+		// the reader hands nothing over once readerDone is set.
+	}
 	d.mu.Lock()
 	n, runs := d.onDisk, d.runs
-	d.runs, d.onDisk, d.spilling = nil, 0, false
+	d.runs, d.onDisk, d.spilling, d.readerDone = nil, 0, false, true
 	d.mu.Unlock()
 	d.onDiskNow.Store(n) // what Close left on disk
 	if n > 0 {

@@ -213,6 +213,7 @@ func Open(dir string, opts Options) (*Log, []Replayed, error) {
 			break
 		}
 	}
+	l.Reader().Close()
 	return l, recs, nil
 }
 
@@ -1323,7 +1324,6 @@ func (l *Log) Close() error {
 	l.mu.Unlock()
 	close(l.quit)
 	<-l.done
-	l.reader.Close()
 	l.reclaim()
 	if serr := l.Sync(); err == nil {
 		err = serr

@@ -136,7 +136,8 @@ func (r *Reader) closeFile() {
 	}
 }
 
-// Close releases the reader's descriptor. The log's Close calls it.
+// Close releases the reader's descriptor; the reader's user calls it
+// (a later Next opens it again).
 func (r *Reader) Close() { r.closeFile() }
 
 func (r *Reader) file(s *Segment) (*os.File, error) {
