@@ -27,6 +27,7 @@ type Reader struct {
 	f    *os.File
 	fseq uint64
 	buf  []byte
+	avg  int // bytes per record read so far, to size reads
 }
 
 // ErrBadRecord is returned by Reader.Next for a record of this Log's own
@@ -34,8 +35,29 @@ type Reader struct {
 // else): the rest of its segment is skipped.
 var ErrBadRecord = errors.New("diskbuf: invalid record")
 
-// readChunk is how much the Reader reads from a segment with one pread.
-const readChunk = 256 << 10
+// readChunk is the most the Reader reads from a segment with one pread;
+// a read is sized for the events asked for (at least minChunk), so a
+// reader asked for a batch's worth holds a buffer of about a batch.
+const (
+	readChunk = 256 << 10
+	minChunk  = 16 << 10
+)
+
+// chunk is the size of a read for limit events.
+func (r *Reader) chunk(limit int) int {
+	avg := r.avg
+	if avg == 0 {
+		avg = 512
+	}
+	return min(readChunk, max(minChunk, limit*avg+avg))
+}
+
+// learn updates the bytes per record from a read of n records of bytes.
+func (r *Reader) learn(n, bytes int) {
+	if n > 0 {
+		r.avg = (r.avg + (bytes+n*(headerSize+1))/n + 1) / 2
+	}
+}
 
 // Reader returns the log's reader, positioned at the oldest event Open
 // found (or at the first segment created since, if there was none).
@@ -196,7 +218,7 @@ func (r *Reader) readNew(s *Segment, size int64, limit, maxBytes int) ([]Replaye
 	if r.off >= size {
 		return nil, nil
 	}
-	want := int(min(size-r.off, readChunk))
+	want := int(min(size-r.off, int64(r.chunk(limit))))
 	b, err := r.read(s, r.off, want)
 	if err != nil {
 		return nil, err
@@ -227,6 +249,7 @@ func (r *Reader) readNew(s *Segment, size int64, limit, maxBytes int) ([]Replaye
 	}
 	r.off += int64(pos)
 	own(out, bytes)
+	r.learn(len(out), bytes)
 	return out, nil
 }
 
@@ -251,7 +274,8 @@ func (r *Reader) readOld(s *Segment, limit, maxBytes int) (out []Replayed, lost 
 		return nil, 0, nil
 	}
 	start := int64(s.replay[r.ri])
-	b, err := r.read(s, start, readChunk)
+	chunk := r.chunk(limit)
+	b, err := r.read(s, start, chunk)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -259,7 +283,7 @@ func (r *Reader) readOld(s *Segment, limit, maxBytes int) (out []Replayed, lost 
 	for r.ri < len(s.replay) && len(out) < limit && bytes < maxBytes {
 		off := int64(s.replay[r.ri])
 		pos := int(off - start)
-		if pos >= len(b) && len(b) == readChunk {
+		if pos >= len(b) && len(b) == chunk {
 			break // in the next read
 		}
 		budget := MaxRecord
@@ -267,7 +291,7 @@ func (r *Reader) readOld(s *Segment, limit, maxBytes int) (out []Replayed, lost 
 		if pos < len(b) {
 			n, need, ok = record(b[pos:], &budget)
 		}
-		if need > 0 && len(b) == readChunk {
+		if need > 0 && len(b) == chunk {
 			if pos > 0 {
 				break // in the next read, from its start
 			}
@@ -290,6 +314,7 @@ func (r *Reader) readOld(s *Segment, limit, maxBytes int) (out []Replayed, lost 
 		bytes += len(body)
 	}
 	own(out, bytes)
+	r.learn(len(out), bytes)
 	return out, lost, nil
 }
 
