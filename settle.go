@@ -254,10 +254,10 @@ type Stats struct {
 	RejectedClosed   int64 // enqueue calls rejected with ErrClosed
 	RejectedDisk     int64 // enqueue calls rejected with a *DiskError (durable mode)
 
-	// Durable mode only (WithDiskBuffer), all set at New:
-	Replayed    int64 // events an earlier client left in the disk buffer, sent first
+	// Durable mode only (WithDiskBuffer), found at New:
+	Replayed    int64 // events an earlier client left in the disk buffer, sent first (less records found not to be events, or unreadable, when read back: those are in DiskCorrupt)
 	DiskTorn    int64 // torn records (a write cut short by a crash) skipped at New
-	DiskCorrupt int64 // corrupt regions before valid records, and records that were not events, skipped at New
+	DiskCorrupt int64 // corrupt regions before valid records skipped at New, and replayed records that were not events or could no longer be read
 	DiskMissing int64 // segments lost from the directory (a gap in their numbers, or no valid header), found at New
 	DiskSkipped int64 // directory entries named like disk buffer files that are not regular files, ignored at New
 
