@@ -48,7 +48,10 @@ const readerStopWait = 100 * time.Millisecond
 func (c *Client) acceptDurable(ctx context.Context, wait bool, sc *scratch, withCopy Message) error {
 	d := c.disk
 	for {
-		freed := d.log.Freed() // before the append: a reclaim after it is not missed
+		var freed <-chan struct{}
+		if wait {
+			freed = d.log.Freed() // before the append: a reclaim after it is not missed
+		}
 		err := c.acceptDurableOnce(sc, withCopy)
 		if !wait || !errors.Is(err, ErrQueueFull) {
 			return err
