@@ -59,7 +59,7 @@ func (a *idAPI) RoundTrip(req *http.Request) (*http.Response, error) {
 //
 // It runs twice: with room in memory for every event (capacity 1 M), and
 // with the default QueueCapacity (10 000), where most events are on disk
-// only during the outage and are read back after it (R69).
+// only during the outage and are read back after it (R70).
 func TestDurableOutageSmallSegments(t *testing.T) {
 	if testing.Short() {
 		t.Skip("100 000 events")

@@ -234,7 +234,7 @@ func TestOAuthRateLimitKeepsTheToken(t *testing.T) {
 	}
 }
 
-// R69, section 7: in durable mode QueueCapacity bounds memory, not what
+// R70, section 7: in durable mode QueueCapacity bounds memory, not what
 // is accepted. With 3 replayed events, room for 2 in memory and the first
 // request held, every new event is accepted (on disk only), and all of
 // them reach the server in acceptance order: replayed first.

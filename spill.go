@@ -11,7 +11,7 @@ import (
 )
 
 // In durable mode the disk is the buffer (docs/durable.md, "Capacity";
-// docs/delivery.md R69): QueueCapacity bounds the events held in memory,
+// docs/delivery.md R70): QueueCapacity bounds the events held in memory,
 // and the disk limit bounds what is accepted. An enqueue call appends the
 // event to the log and queues it in memory if there is room; otherwise the
 // event stays on disk only ("spilled") and the reader below loads it into
