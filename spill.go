@@ -37,6 +37,10 @@ const readBatch = 2048
 // readRetry is how long the reader waits after a read error.
 const readRetry = 100 * time.Millisecond
 
+// readerIdle is how long the reader waits with nothing to load before it
+// drops its read buffer.
+const readerIdle = 100 * time.Millisecond
+
 // readerStopWait bounds how long Close waits for a read in progress.
 const readerStopWait = 100 * time.Millisecond
 
@@ -167,10 +171,15 @@ func (d *durable) readBack() {
 	defer close(d.readDone)
 	defer d.log.Reader().Close()
 	q := d.q
+	idle := time.NewTimer(readerIdle)
+	defer idle.Stop()
 	for {
 		select {
 		case <-d.readStop:
 			return
+		case <-idle.C:
+			d.log.Reader().Idle() // waiting for a while: no buffer held
+			continue
 		case <-d.wake:
 		}
 		for d.loadSome(q) {
@@ -180,6 +189,7 @@ func (d *durable) readBack() {
 			default:
 			}
 		}
+		idle.Reset(readerIdle)
 	}
 }
 

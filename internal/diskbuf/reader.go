@@ -158,6 +158,10 @@ func (r *Reader) closeFile() {
 	}
 }
 
+// Idle drops the reader's buffer (a read allocates a new one): for a
+// reader that waits, so that an idle reader holds no memory.
+func (r *Reader) Idle() { r.buf = nil }
+
 // Close releases the reader's descriptor; the reader's user calls it
 // (a later Next opens it again).
 func (r *Reader) Close() { r.closeFile() }
