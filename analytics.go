@@ -42,10 +42,10 @@ var _ Tracker = (*Client)(nil)
 // see WithDiskBuffer, with one append to the disk buffer). A nil error means
 // the event was accepted: it will get exactly one disposition, reported
 // through the callbacks (in durable mode, except an event Close leaves on
-// disk without reading it back: see WithDiskBuffer). An error means it was rejected: it is never sent and
-// gets no callback. The client keeps nothing of the caller's message, maps
-// included (see Message), so the caller may reuse or change it after the
-// call.
+// disk without reading it back: see WithDiskBuffer). An error means it was
+// rejected: it is never sent and gets no callback. The client keeps nothing
+// of the caller's message, maps included (see Message), so the caller may
+// reuse or change it after the call.
 //
 // Events flow one way: the queue (queue.go) → a consumer (consumer.go),
 // which sends one attempt (request.go) → the verdict settles the batch
