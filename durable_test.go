@@ -378,6 +378,9 @@ func TestDurableEnqueueContextWaits(t *testing.T) {
 	if err := c.Track(track("full")); !errors.Is(err, ErrQueueFull) {
 		t.Fatalf("Track at the disk limit: %v", err)
 	}
+	if b := c.Stats().DiskBytes; b <= 64<<10 || b > 128<<10 {
+		t.Fatalf("Stats.DiskBytes %d at the limit of %d", b, 128<<10)
+	}
 	done := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -269,6 +269,10 @@ type Stats struct {
 	// it is the number Close left there without reading them back: kept
 	// for the next client, counted in HandedBack, and given no callback.
 	OnDisk int64
+	// DiskBytes is not cumulative either: what the disk buffer's files take
+	// now (the active segment at its preallocated size), which
+	// WithDiskLimit bounds; 0 after Close.
+	DiskBytes int64
 }
 
 type counters struct {
@@ -330,6 +334,9 @@ func (c *Client) Stats() Stats {
 	if d := c.disk; d != nil {
 		st.Replayed = d.replayed.Load()
 		st.Spilled, st.OnDisk = d.spilled.Load(), d.onDiskNow.Load()
+		if !c.closed.Load() {
+			st.DiskBytes = d.log.Size()
+		}
 		ds := d.log.Stats()
 		st.DiskTorn, st.DiskCorrupt = int64(ds.Torn), int64(ds.Corrupt)+d.skipped.Load()+d.lost.Load()
 		st.DiskMissing, st.DiskSkipped = int64(ds.Missing), int64(ds.Skipped)
