@@ -1,8 +1,10 @@
 package analytics
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"strings"
 	"testing"
@@ -122,5 +124,42 @@ func TestDurableCloseLeavesUnreadOnDisk(t *testing.T) {
 		if inCallbacks != 15 || c.Stats().OnDisk != 85 {
 			t.Fatalf("%d events in hand-back callbacks, want 15; %d left on disk only, want 85", inCallbacks, c.Stats().OnDisk)
 		}
+	})
+}
+
+// TestDurableOverwrittenWhileReadingBack: a segment of this client's own
+// overwritten on disk while its events wait there (another process wrote
+// into the directory) never hangs Flush: the reader skips the rest of the
+// segment, and the events it can no longer account for are failed
+// (Stats.Failed, an error log line), so every accepted event still has one
+// outcome.
+func TestDurableOverwrittenWhileReadingBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		api := newFakeAPI(sequence(reply{hold: time.Second, status: 200}, reply{status: 200}))
+		c := newTestClient(t, api, nil, WithDiskBuffer(dir), WithQueueCapacity(10), WithFlushAt(5), WithConsumers(1),
+			noAudit("the test overwrites a segment: the directory keeps records no outcome accounts for"))
+		for i := range 100 {
+			mustTrack(t, c, fmt.Sprintf("m%03d", i))
+		}
+		synctest.Wait()
+		segs := segments(t, dir)
+		f, err := os.OpenFile(segs[len(segs)-1], os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt(bytes.Repeat([]byte{0xff}, 64), 6000); err != nil { // past the events in memory
+			t.Fatal(err)
+		}
+		f.Close()
+		if err := flush(t, c, time.Minute); err != nil {
+			t.Fatalf("Flush: %v", err)
+		}
+		st := c.Stats()
+		if st.Delivered+st.Failed != 100 || st.Failed == 0 || st.OnDisk != 0 || st.Pending != 0 {
+			t.Fatalf("stats %+v", st)
+		}
+		t.Logf("delivered %d, failed %d", st.Delivered, st.Failed)
+		_ = closeClient(t, c, time.Second)
 	})
 }
