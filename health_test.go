@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -337,6 +338,49 @@ func TestLoneUnluckyBatchOnHealthyServer(t *testing.T) {
 		for k := 1; k <= 3; k++ {
 			within(t, fmt.Sprintf("wait after failure %d", k), mine[k].at.Sub(mine[k-1].done), lo, hi)
 		}
+		assert.Empty(t, cb.errors())
+		require.NoError(t, closeClient(t, c, time.Second))
+	})
+}
+
+// S49 (third part), R61, R63: the end of a run, when only one unlucky batch
+// is left. The other batches' last 16 answers were 12 2xx and 4 failures (a
+// server that answers most requests); then batch a fails four times with no
+// other answer in between. Its own failures are not evidence about the
+// server, so each of its four waits is d_1, not d_4 once its own failures
+// make up half of the recent answers.
+func TestLastBatchOwnFailuresKeepShortWaits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		failed := map[string]int{}
+		api := newFakeAPI(func(_ int, r seen) reply {
+			mu.Lock()
+			defer mu.Unlock()
+			id := r.ids[0]
+			fails := map[string]int{"o8": 1, "o9": 1, "o10": 1, "o11": 1, "a": 4}[id]
+			if failed[id] < fails {
+				failed[id]++
+				return reply{status: 500}
+			}
+			return reply{status: 200}
+		})
+		cb := &callbacks{}
+		c := newTestClient(t, api, cb, WithFlushAt(1))
+		// Recent answers, oldest first: eight 2xx, then four times a
+		// failure and its retry's 2xx: 16 answers, 4 failures.
+		for i := range 12 {
+			mustTrack(t, c, fmt.Sprintf("o%d", i))
+			require.NoError(t, flush(t, c, time.Minute))
+		}
+		mustTrack(t, c, "a")
+		require.NoError(t, flush(t, c, time.Minute))
+		mine := requestsFor(api.requests(), "a")
+		require.Len(t, mine, 5, "four failures, then delivered")
+		lo, hi := window(1)
+		for k := 1; k <= 4; k++ {
+			within(t, fmt.Sprintf("wait after failure %d", k), mine[k].at.Sub(mine[k-1].done), lo, hi)
+		}
+		assert.Len(t, cb.delivered(), 13)
 		assert.Empty(t, cb.errors())
 		require.NoError(t, closeClient(t, c, time.Second))
 	})
