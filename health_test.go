@@ -385,3 +385,37 @@ func TestLastBatchOwnFailuresKeepShortWaits(t *testing.T) {
 		require.NoError(t, closeClient(t, c, time.Second))
 	})
 }
+
+// R61: a streak restarts at any 2xx. A fresh client (nothing known, so the
+// server does not count as healthy) sees batch a fail twice: its waits grow
+// (d_1, d_2). Then another batch is answered 2xx, late enough in a's second
+// wait that the release (R62) leaves that wait alone; a's third failure
+// starts a new streak, and its wait is d_1 again, not d_3.
+func TestStreakRestartsAtAnyTwoHundred(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var tries atomic.Int32
+		api := newFakeAPI(func(_ int, r seen) reply {
+			if slices.Contains(r.ids, "a") && tries.Add(1) <= 3 {
+				return reply{status: 500}
+			}
+			return reply{status: 200}
+		})
+		cb := &callbacks{}
+		c := newTestClient(t, api, cb, WithFlushAt(1))
+		mustTrack(t, c, "a")
+		// a fails at 0 and at about 0.5 s, then waits d_2 (0.9–1.1 s): o's
+		// 2xx at 1.2 s comes less than d_1 before a is due.
+		time.Sleep(1200 * time.Millisecond)
+		mustTrack(t, c, "o")
+		require.NoError(t, flush(t, c, time.Minute))
+		mine := requestsFor(api.requests(), "a")
+		require.Len(t, mine, 4, "three failures, then delivered")
+		for i, k := range []int{1, 2, 1} {
+			lo, hi := window(k)
+			within(t, fmt.Sprintf("wait after failure %d", i+1), mine[i+1].at.Sub(mine[i].done), lo, hi)
+		}
+		assert.ElementsMatch(t, []string{"a", "o"}, cb.delivered())
+		assert.Empty(t, cb.errors())
+		require.NoError(t, closeClient(t, c, time.Second))
+	})
+}
