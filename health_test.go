@@ -2,6 +2,7 @@ package analytics
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -418,4 +419,62 @@ func TestStreakRestartsAtAnyTwoHundred(t *testing.T) {
 		assert.Empty(t, cb.errors())
 		require.NoError(t, closeClient(t, c, time.Second))
 	})
+}
+
+// R61, R63: the retry tail of a paced run is the last batches' own luck and
+// nothing else. A producer tracks 20 000 events/s for half a second while one
+// request in five, at random, is answered 500; then Close. Every counted
+// wait of every batch is d_1 (the server stays healthy), and Close returns
+// as soon as the last batch is delivered: its tail is its first attempt
+// plus one d_1 and one answer per failure.
+func TestPacedTailIsTheLastBatchesLuck(t *testing.T) {
+	for _, seed := range []uint64{1, 2} {
+		synctest.Test(t, func(t *testing.T) {
+			var mu sync.Mutex
+			rng := rand.New(rand.NewPCG(seed, 21))
+			api := newFakeAPI(func(_ int, _ seen) reply {
+				mu.Lock()
+				fail := rng.Float64() < 0.2
+				mu.Unlock()
+				if fail {
+					return reply{status: 500, hold: time.Millisecond}
+				}
+				return reply{status: 200, hold: time.Millisecond}
+			})
+			cb := &callbacks{}
+			c := newTestClient(t, api, cb)
+			const n, perTick = 10000, 250 // 250 events every 12.5 ms
+			for i := range n {
+				mustTrack(t, c, fmt.Sprintf("m%d", i))
+				if i%perTick == perTick-1 {
+					time.Sleep(12500 * time.Microsecond)
+				}
+			}
+			closing := time.Now()
+			require.NoError(t, closeClient(t, c, time.Minute))
+			closed := time.Now()
+
+			byBatch := map[string][]seen{}
+			var lastDone time.Time
+			for _, r := range api.requests() {
+				byBatch[r.ids[0]] = append(byBatch[r.ids[0]], r)
+				if r.done.After(lastDone) {
+					lastDone = r.done
+				}
+			}
+			lo, hi := window(1)
+			retried := 0
+			for id, rs := range byBatch {
+				for i := 1; i < len(rs); i++ {
+					within(t, fmt.Sprintf("seed %d: %s wait after failure %d", seed, id, i), rs[i].at.Sub(rs[i-1].done), lo, hi)
+					retried++
+				}
+			}
+			assert.Greater(t, retried, 0, "some batches were retried")
+			assert.Equal(t, lastDone, closed, "Close returns when the last batch is answered")
+			t.Logf("seed %d: Close took %v, %d counted retries", seed, closed.Sub(closing), retried)
+			assert.Len(t, cb.delivered(), n)
+			assert.Empty(t, cb.errors())
+		})
+	}
 }
