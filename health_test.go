@@ -478,3 +478,44 @@ func TestPacedTailIsTheLastBatchesLuck(t *testing.T) {
 		})
 	}
 }
+
+// R60, R61, R63: an outage after a healthy stretch. Ten batches are
+// delivered, then every request fails for 30 s while five batches wait.
+// Their failures, recorded beside the ten 2xx, soon make up half of the
+// recent answers, and from then on the waits grow as R26 says: from 10 s
+// to 30 s into the outage the five batches send a handful of requests,
+// not one each every d_1 (about 200, or 100 at the retry allowance).
+func TestOutageAfterHealthyStretchGrowsWaits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var outage atomic.Pointer[time.Time]
+		api := newFakeAPI(func(_ int, r seen) reply {
+			if from := outage.Load(); from != nil && r.at.Before(from.Add(30*time.Second)) {
+				return reply{status: 500}
+			}
+			return reply{status: 200}
+		})
+		cb := &callbacks{}
+		c := newTestClient(t, api, cb, WithFlushAt(1))
+		for i := range 10 {
+			mustTrack(t, c, fmt.Sprintf("o%d", i))
+			require.NoError(t, flush(t, c, time.Minute))
+		}
+		start := time.Now()
+		outage.Store(&start)
+		for i := range 5 {
+			mustTrack(t, c, fmt.Sprintf("a%d", i))
+		}
+		require.NoError(t, flush(t, c, 10*time.Minute))
+		n := 0
+		for _, r := range api.requests() {
+			if d := r.at.Sub(start); d >= 10*time.Second && d < 30*time.Second {
+				n++
+			}
+		}
+		t.Logf("%d requests from 10 s to 30 s into the outage", n)
+		assert.LessOrEqual(t, n, 20, "requests from 10 s to 30 s into the outage")
+		assert.Len(t, cb.delivered(), 15)
+		assert.Empty(t, cb.errors())
+		require.NoError(t, closeClient(t, c, time.Second))
+	})
+}
