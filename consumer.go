@@ -28,6 +28,7 @@ type consumer struct {
 	probe     chan struct{}     // the probe this consumer holds after a deadline, nil if none (R64)
 	onAttempt func(AttemptInfo) // WithAttemptHook; nil without (see observe.go)
 	limits    *limits           // what the server's refusals taught (isolate.go)
+	trying    chan struct{}     // the turn of an untried body size this consumer holds, nil if none (R69)
 }
 
 // retryPolicy is what the consumer needs of the configuration.
@@ -138,8 +139,10 @@ func (w *consumer) sleep(d time.Duration, retire <-chan struct{}) bool {
 // loop around attempts is ours.
 func (w *consumer) attempt(b *batch) {
 	defer w.endProbe() // the probe's answer is in (or it was never sent): R64
-	// fit: a batch over a learned limit is cut before it is sent (R67, R68).
-	if w.fit(b) || !w.passGate(b) || !w.authorize(b) {
+	defer w.endTry()   // likewise for a body of an untried size: R69
+	// ready: a batch over a learned limit is cut before it is sent (R67,
+	// R68); one of an untried size waits for the one on the wire (R69).
+	if !w.ready(b) || !w.passGate(b) || !w.authorize(b) {
 		return
 	}
 	if b.retryPending {

@@ -19,7 +19,10 @@ import (
 //     the size at which batches close from then on (R67);
 //   - a batch answered 429 without a usable Retry-After twice in a row:
 //     it is halved, and the smallest batch refused so and the largest one
-//     delivered bound the number of events per batch from then on (R68).
+//     delivered bound the number of events per batch from then on (R68);
+//   - a body larger than any the server has accepted goes alone: the other
+//     consumers wait for its answer before they send one (R69), so a limit
+//     the client does not know yet costs one 413, not one per consumer.
 
 // maxFrame is the most a body adds around its events: the envelope, the
 // longest sentAt and the write key (as encoded). Batches close at the
@@ -43,7 +46,9 @@ type limits struct {
 	acceptedBody  int // largest body answered 2xx that is below refusedBody, since the first 413
 	refusedEvents int // fewest events in a batch split after repeated 429s (R68); 0: none yet
 
-	acceptedEvents atomic.Int64 // most events in a batch answered 2xx since New (R68)
+	acceptedEvents atomic.Int64  // most events in a batch answered 2xx since New (R68)
+	acceptedSize   atomic.Int64  // largest size (see size) answered 2xx since New, or since a 413 below it (R69)
+	trying         chan struct{} // guarded by mu: a body of an untried size is on the wire; closed at its answer (R69)
 
 	body   atomic.Int64 // learned body limit in bytes; 0: none (Stats.BodyLimit)
 	events atomic.Int64 // learned events per batch; 0: none (Stats.EventLimit)
@@ -57,14 +62,64 @@ func newLimits(q *queue, writeKey string) *limits {
 func (l *limits) bodyLimit() int  { return int(l.body.Load()) }
 func (l *limits) eventLimit() int { return int(l.events.Load()) }
 
-// accepted records a body of size bytes with n events answered 2xx.
-func (l *limits) accepted(size, n int) {
+// size is how large b's body can be: its events, what the body adds to
+// each (R59) and the most the frame adds. It is known before b is encoded.
+func (l *limits) size(b *batch, perEvent int) int {
+	return b.bytes + len(b.events)*perEvent + l.frame
+}
+
+// raise sets a to v if v is larger.
+func raise(a *atomic.Int64, v int) {
 	for {
-		most := l.acceptedEvents.Load()
-		if int64(n) <= most || l.acceptedEvents.CompareAndSwap(most, int64(n)) {
-			break
+		most := a.Load()
+		if int64(v) <= most || a.CompareAndSwap(most, int64(v)) {
+			return
 		}
 	}
+}
+
+// untriedFloor is the body size up to which R69 never holds a batch back:
+// no server this client knows of refuses so small a body, and small
+// batches (a few events each, as at a low rate) then go side by side from
+// the first request on.
+const untriedFloor = 16 << 10
+
+// try asks to send a body of the given size (R69). When the server has
+// accepted one at least as large, or no body of an untried size is on the
+// wire, it returns wait nil: the caller may send, and when mine is not nil
+// it holds the turn and gives it back with tried at the end of its
+// attempt. Otherwise the caller waits for wait to close and asks again.
+func (l *limits) try(size int) (mine, wait chan struct{}) {
+	if size <= untriedFloor || int64(size) <= l.acceptedSize.Load() {
+		return nil, nil // the common case takes no lock
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if int64(size) <= l.acceptedSize.Load() {
+		return nil, nil
+	}
+	if l.trying != nil {
+		return nil, l.trying
+	}
+	l.trying = make(chan struct{})
+	return l.trying, nil
+}
+
+// tried gives back the turn try handed out, whatever the attempt's end.
+func (l *limits) tried(mine chan struct{}) {
+	l.mu.Lock()
+	if l.trying == mine {
+		l.trying = nil
+	}
+	l.mu.Unlock()
+	close(mine)
+}
+
+// accepted records a body of size bytes (estimated, see size: estimate)
+// with n events answered 2xx.
+func (l *limits) accepted(size, estimate, n int) {
+	raise(&l.acceptedEvents, n)
+	raise(&l.acceptedSize, estimate)
 	if l.body.Load() == 0 && l.events.Load() == 0 {
 		return // nothing learned: nothing to raise (the common case takes no lock)
 	}
@@ -76,10 +131,14 @@ func (l *limits) accepted(size, n int) {
 	l.applyLocked()
 }
 
-// refusedSize records a body of size bytes answered 413 (R67).
-func (l *limits) refusedSize(size int) {
+// refusedSize records a body of size bytes (estimated: estimate)
+// answered 413 (R67).
+func (l *limits) refusedSize(size, estimate int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.acceptedSize.Load() >= int64(estimate) {
+		l.acceptedSize.Store(0) // the server's limit went down: every size is untried again (R69)
+	}
 	if l.refusedBody == 0 || size < l.refusedBody {
 		l.refusedBody = size
 		if l.acceptedBody >= size {
@@ -108,12 +167,14 @@ func (l *limits) tooManyForServer(n int) bool {
 }
 
 // applyLocked derives the limits and hands them to the queue: batches
-// close below the largest body accepted since the first 413, or below half
-// the smallest refused one, whichever is larger; the event count likewise.
+// close below the largest body accepted since the first 413, or below the
+// size of a half of the smallest refused one (half its events, and a
+// frame), whichever is larger; the event count likewise.
 func (l *limits) applyLocked() {
 	var body, events int
 	if l.refusedBody > 0 {
-		body = max(l.acceptedBody, l.refusedBody/2)
+		// A half of the refused body: half its events in a frame of its own.
+		body = max(l.acceptedBody, min(l.refusedBody/2+l.frame, l.refusedBody-1))
 	}
 	if l.refusedEvents > 0 {
 		events = max(int(l.acceptedEvents.Load()), (l.refusedEvents+1)/2)
@@ -145,7 +206,7 @@ func (l *limits) tooLarge(b *batch, perEvent int) bool {
 		return true
 	}
 	body := l.bodyLimit()
-	return body > 0 && b.bytes+len(b.events)*perEvent+l.frame > body
+	return body > 0 && l.size(b, perEvent) > body
 }
 
 // isolation is the request budget of a batch being halved after a 400
@@ -171,6 +232,41 @@ func (s *isolation) take() bool {
 	}
 }
 
+// ready reports whether b may be sent now. A batch over a learned limit
+// is cut in two (fit) and is not. A body larger than any the server has
+// accepted waits until no other such body is on the wire (R69), and is
+// then looked at again, since its answer may have taught a limit; the
+// consumer holds the batch meanwhile, at most one attempt long. Close's
+// interruption ends the wait and hands b back.
+func (w *consumer) ready(b *batch) bool {
+	if w.limits == nil {
+		return true
+	}
+	for !w.fit(b) {
+		mine, wait := w.limits.try(w.limits.size(b, w.q.perEvent))
+		if wait == nil {
+			w.trying = mine
+			return true
+		}
+		select {
+		case <-wait:
+		case <-w.interrupt.Done():
+			w.settle.handBack(b, nil)
+			return false
+		}
+	}
+	return false
+}
+
+// endTry gives up the turn of an untried size this consumer holds, if any
+// (R69).
+func (w *consumer) endTry() {
+	if w.trying != nil {
+		w.limits.tried(w.trying)
+		w.trying = nil
+	}
+}
+
 // fit cuts b in two before it is sent when it is over a learned limit
 // (R67, R68): the halves take its place in the waiting room, due at once,
 // and no request is made. It reports whether it did.
@@ -179,8 +275,16 @@ func (w *consumer) fit(b *batch) bool {
 		return false
 	}
 	now := time.Now()
-	w.log.Debug("batch over the learned limit: sending it as two halves", zap.Int("events", len(b.events)))
-	first, second := w.halve(b)
+	// The fewest pieces whose events fit, each in a frame of its own: the
+	// first is cut off here, the rest is looked at again when its turn
+	// comes (one piece fewer).
+	pieces := 2
+	if body := w.limits.bodyLimit(); body > 0 {
+		room := max(body-w.limits.frame, 1) // for events in each piece
+		pieces = min(max(pieces, (b.bytes+len(b.events)*w.q.perEvent+room-1)/room), len(b.events))
+	}
+	w.log.Debug("batch over the learned limit: sending it in pieces", zap.Int("events", len(b.events)), zap.Int("pieces", pieces))
+	first, second := w.cutAt(b, cutPoint(b.events, b.bytes/pieces))
 	w.park(first, second, now, now)
 	return true
 }
@@ -195,13 +299,14 @@ func (w *consumer) adapt(b *batch, resp response, err error, v verdict, now time
 		return false
 	}
 	size := len(w.sender.plain) // the body as encoded, before gzip
+	estimate := w.limits.size(b, w.q.perEvent)
 	switch {
 	case v.outcome == outcomeDelivered:
 		b.tooMany = 0
-		w.limits.accepted(size, len(b.events))
+		w.limits.accepted(size, estimate, len(b.events))
 	case resp.status == http.StatusRequestEntityTooLarge:
 		b.tooMany = 0
-		w.limits.refusedSize(size) // the 413 split itself is R3's
+		w.limits.refusedSize(size, estimate) // the 413 split itself is R3's
 	case resp.status == http.StatusBadRequest && v.outcome == outcomeFailed && len(b.events) > 1:
 		b.tooMany = 0
 		return w.isolate(b, now)
@@ -281,7 +386,30 @@ func (w *consumer) firstDelay(retries int) time.Duration {
 // A split after an answer marks b cut first (R3, R66, R68); a cut before
 // sending (fit) does not, so its halves are cut again if still too large.
 func (w *consumer) halve(b *batch) (first, second *batch) {
-	mid := len(b.events) / 2
+	return w.cutAt(b, len(b.events)/2)
+}
+
+// cutPoint is where to cut evs so that evs[:mid] holds about share bytes:
+// the nearer of the two event boundaries around share, at least one event
+// on each side.
+func cutPoint(evs []event, share int) int {
+	before := 0
+	for i := range evs[:len(evs)-1] {
+		after := before + len(evs[i].data) + 1 // evs[:i+1] and its commas
+		if after >= share {
+			if after-share <= share-before {
+				return i + 1
+			}
+			return max(i, 1)
+		}
+		before = after
+	}
+	return len(evs) - 1
+}
+
+// cutAt cuts b into b.events[:mid], staying in b, and the rest, carried on
+// as halve says.
+func (w *consumer) cutAt(b *batch, mid int) (first, second *batch) {
 	second = newBatch(len(b.events) - mid)
 	second.events = append(second.events, b.events[mid:]...)
 	clear(b.events[mid:])

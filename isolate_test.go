@@ -158,7 +158,7 @@ func TestLearnedBodyLimit(t *testing.T) {
 				// The limit is the larger of half the refused body and the
 				// largest body accepted since: here a half of the split.
 				require.Greater(t, len(reqs), 3)
-				assert.EqualValues(t, max(len(reqs[0].body)/2, len(reqs[1].body), len(reqs[2].body)), s.BodyLimit)
+				assert.EqualValues(t, max(len(reqs[0].body)/2+maxFrame("wk"), len(reqs[1].body), len(reqs[2].body)), s.BodyLimit)
 				per := len(reqs[3].ids)
 				for _, r := range reqs[3:] {
 					assert.LessOrEqual(t, int64(len(r.body)), s.BodyLimit, "a batch closed after the 413 is below the limit")
@@ -168,6 +168,58 @@ func TestLearnedBodyLimit(t *testing.T) {
 			})
 		})
 	}
+}
+
+// R69: with every consumer busy (the default eight) and the server
+// answering after 20 ms, a body larger than any the server has accepted
+// goes alone: the first full batch is refused, the others wait for its
+// answer and are cut below the learned limit before they are sent, so one
+// request in all is answered 413, not one per consumer.
+func TestUntriedSizeGoesAlone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const maxBody = 64 << 10
+		script := func(_ int, r seen) reply {
+			if len(r.body) > maxBody {
+				return reply{status: 413, hold: 20 * time.Millisecond}
+			}
+			return reply{status: 200, hold: 20 * time.Millisecond}
+		}
+		api := newFakeAPI(script)
+		cb := &callbacks{}
+		c := newTestClient(t, api, cb)
+		defer stop(c)
+		for i := range 2500 {
+			m := padded(fmt.Sprintf("e%04d", i))
+			m.Properties["more"] = strings.Repeat("m", i/50) // later batches are larger than the refused one
+			require.NoError(t, c.Track(m))
+		}
+		require.NoError(t, flush(t, c, time.Minute))
+		reqs := api.requests()
+		st := statuses(reqs, script)
+		limit := c.Stats().BodyLimit
+		t.Logf("requests %d (413: %d), learned limit %d", len(reqs), st[413], limit)
+		assert.Equal(t, 1, st[413], "requests answered 413")
+		// A batch cut before it is sent is cut in the fewest pieces within
+		// the limit: a batch a little over twice the limit in three, not
+		// four. Only the queue's last batch may be small.
+		for _, r := range reqs[1:] {
+			if !slices.Contains(r.ids, "e2499") {
+				assert.Greater(t, len(r.body), int(limit)/2+int(limit)/10, "a piece of %d events, %d bytes", len(r.ids), len(r.body))
+			}
+		}
+		assert.Len(t, cb.delivered(), 2500)
+		assert.Empty(t, cb.errors())
+		// Once the server has taken a body of a size, batches of that size
+		// go side by side again: the requests overlap.
+		overlap := 0
+		for i := 1; i < len(reqs); i++ {
+			if reqs[i].at.Before(reqs[i-1].done) {
+				overlap++
+			}
+		}
+		assert.Positive(t, overlap, "no two requests were on the wire at once after the first answer")
+		require.NoError(t, closeClient(t, c, time.Second))
+	})
 }
 
 // perRequestLimit answers 429 without Retry-After to a batch of more than
