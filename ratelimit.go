@@ -95,7 +95,7 @@ func (h *health) note(failure bool) {
 func (h *health) healthy(streak int) bool {
 	known := h.recent & uint16(1<<h.seen-1)
 	failures := bits.OnesCount16(known)
-	own := min(streak, bits.TrailingZeros16(^known), failures)
+	own := min(streak, bits.TrailingZeros16(^known)) // the failures after the last 2xx, at most
 	seen, failures := h.seen-own, failures-own
 	return seen >= 4 && 2*failures < seen
 }
