@@ -305,6 +305,10 @@ func newClient(ctx context.Context, sdk, endpoint string, drain bool, lg *ledger
 				}
 			}))
 		}
+		if f := os.Getenv("BENCH_ATTEMPT_LOG"); f != "" { // diagnosis only
+			attemptLog = startAttemptLog(f)
+			opts = append(opts, ours.WithHTTPClient(&http.Client{Transport: attemptLog}))
+		}
 		c, err := ours.New(writeKey, opts...)
 		if err != nil {
 			return nil, err
@@ -567,8 +571,11 @@ func main() {
 		lg.closing.Store(true)
 	}
 	tc := time.Now()
+	attemptLog.note("close")
 	cerr := c.close(cctx)
 	t1 := time.Now()
+	attemptLog.note("closed")
+	attemptLog.write()
 	res.CloseS = t1.Sub(tc).Seconds()
 	ru1 := rusage.Self()
 	runtime.ReadMemStats(&m1)
