@@ -41,10 +41,11 @@ var _ Tracker = (*Client)(nil)
 // empty, and queue it without blocking and without I/O (in durable mode,
 // see WithDiskBuffer, with one append to the disk buffer). A nil error means
 // the event was accepted: it will get exactly one disposition, reported
-// through the callbacks. An error means it was rejected: it is never sent and
-// gets no callback. The client keeps nothing of the caller's message, maps
-// included (see Message), so the caller may reuse or change it after the
-// call.
+// through the callbacks (in durable mode, except an event Close leaves on
+// disk without reading it back: see WithDiskBuffer). An error means it was
+// rejected: it is never sent and gets no callback. The client keeps nothing
+// of the caller's message, maps included (see Message), so the caller may
+// reuse or change it after the call.
 //
 // Events flow one way: the queue (queue.go) → a consumer (consumer.go),
 // which sends one attempt (request.go) → the verdict settles the batch
@@ -99,7 +100,7 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 	places.markAt(highWaterMark(s.Consumers, s.FlushAt))
 	q := newQueue(places, s.FlushAt, batchEventBytes-len(s.compat.BodyFields), s.FlushInterval)
 	q.perEvent = eventSentAtExtra(s.EventSentAt) // R45 with R59
-	q.markBytesFor(s.Consumers)                  // R70: a full batch for every consumer
+	q.markBytesFor(s.Consumers)                  // R71: a full batch for every consumer
 	lim := newLimits(q, s.writeKey)
 	cfg := s.Config
 	cfg.Endpoint = redactURL(cfg.Endpoint) // safe in every form: %+v, JSON, slog, zap.Any
@@ -125,14 +126,14 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 		c.stopRetries = new(atomic.Bool)
 	}
 	if s.disk != nil {
-		var replay []event
-		c.disk, replay, err = openDurable(s.disk, s.logger, c.keepMessages)
+		var replay int
+		c.disk, replay, err = openDurable(s.disk, s.logger)
 		if err != nil {
 			return nil, err
 		}
 		c.settle.disk = c.disk
 		q.onTake = c.disk.beforeBatch
-		q.preload(replay) // sent before any new event
+		c.disk.startReader(q, c.settle, replay) // read back, before any new event, as memory allows
 	}
 	c.interrupt, c.cancelInterrupt = context.WithCancel(context.Background())
 	httpClient := newHTTPClient(&s)
@@ -203,9 +204,12 @@ func (c *Client) Enqueue(m Message) error { return c.dispatch(context.Background
 // then returns an error matching both ErrQueueFull and ctx.Err(). It also
 // waits while a batch is queued for every consumer (Consumers × FlushAt
 // events not yet taken, at most QueueCapacity, or more bytes than Consumers
-// full batches carry: R70), since more queued events would not be sent any
-// sooner; so a backfill holds about that many events, not QueueCapacity. Blocked callers go on in the order they came,
-// woken when a batch's worth of room is free. Other errors are as for
+// full batches carry: R71), since more queued events would not be sent any
+// sooner; so a backfill holds about that many events, not QueueCapacity.
+// Blocked callers go on in the order they came, woken when a batch's worth
+// of room is free. In durable mode (WithDiskBuffer) a full memory is no
+// reason to wait, since the event is kept on disk: it waits only at the
+// disk limit, until delivered events free space. Other errors are as for
 // Track. The non-blocking calls (Track, Enqueue, …) are unaffected: they
 // are refused only at QueueCapacity.
 func (c *Client) EnqueueContext(ctx context.Context, m Message) error {
@@ -364,6 +368,10 @@ func (c *Client) Close(ctx context.Context) error {
 	if c.ownTransport != nil {
 		c.ownTransport.CloseIdleConnections() // no keep-alive goroutines outlive Close
 	}
+	var onDisk int64
+	if c.disk != nil {
+		onDisk = c.disk.stopReader() // kept on disk, counted, no callback (spill.go)
+	}
 	rest := c.q.drain()
 	waiting := c.room.close() // handed back batch by batch: each keeps its Last and Attempts
 	handing := len(rest)
@@ -398,6 +406,9 @@ func (c *Client) Close(ctx context.Context) error {
 	if c.disk != nil {
 		c.disk.close() // handed-back events stay on disk
 		kept = " (kept in the disk buffer)"
+		if onDisk > 0 {
+			kept = fmt.Sprintf(" (kept in the disk buffer; %d of them never left it and got no callback)", onDisk)
+		}
 	}
 	if n == 0 && !(interrupted && c.q.outstanding() > 0) {
 		return nil

@@ -24,7 +24,7 @@ const (
 	// client's memory bound in an outage (about 23 MB of heap for 30 000
 	// held events of ~300 bytes) and what keeps a flat-out producer moving
 	// while batches wait for a retry; a backfill through EnqueueContext
-	// holds far fewer (R70).
+	// holds far fewer (R71).
 	DefaultQueueCapacity = 30_000
 	// DefaultConsumers is the number of upload goroutines. They send
 	// batches concurrently; a batch waiting for a retry holds none of them

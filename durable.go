@@ -1,7 +1,6 @@
 package analytics
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -137,10 +136,11 @@ func WithFsyncInterval(iv time.Duration) DiskOption {
 
 // WithDiskLimit bounds the bytes the disk buffer's files may take
 // (default 512 MiB, at least two segments): the segments, the active one
-// counted at its full size, and the acknowledgement files. It holds across
-// restarts: New starts no segment past it. Past it, enqueue calls return
-// an error matching ErrQueueFull until delivered events free whole
-// segments.
+// counted at its full size, and the acknowledgement files. In durable mode
+// it is what bounds the accepted events (QueueCapacity bounds only those
+// in memory). It holds across restarts: New starts no segment past it.
+// Past it, enqueue calls return an error matching ErrQueueFull until
+// delivered events free whole segments (EnqueueContext waits for that).
 func WithDiskLimit(bytes int64) DiskOption {
 	return diskOptionFunc(func(d *diskSettings) { d.limit = bytes })
 }
@@ -173,10 +173,24 @@ func WithSegmentSize(bytes int64) DiskOption {
 // directory on a full disk (enqueue calls then return a *DiskError until
 // delivered events free space).
 //
-// An enqueue call then costs one write(2) more; it returns an error
-// matching ErrQueueFull past the disk limit (WithDiskLimit) and a
-// *DiskError when the write fails. Without this option nothing touches
-// the disk. The files are described in docs/durable.md.
+// The disk is the buffer: QueueCapacity bounds the events held in memory,
+// and WithDiskLimit what is accepted. An event that finds memory full is
+// kept on disk only (Stats.Spilled) and read back, oldest first, by a
+// goroutine of the client's as batches leave; events are sent in the order
+// they were accepted, replayed ones first; their callbacks get messages
+// decoded from the stored JSON. New does not load the replayed events
+// either: they are read back the same way. Flush and Close wait for
+// events on disk only like any other. An event still on disk only when
+// Close's deadline hands back stays there for the next client and gets no
+// callback: Close's error says how many, and they are counted in
+// Stats.HandedBack and Stats.OnDisk.
+//
+// An enqueue call then costs one append to the log more; it returns an
+// error matching ErrQueueFull past the disk limit (WithDiskLimit; the
+// non-blocking calls at once, EnqueueContext once its context ends, as it
+// waits for delivered events to free space) and a *DiskError when the
+// write fails. Without this option nothing touches the disk. The files and
+// the capacity model are described in docs/durable.md.
 func WithDiskBuffer(dir string, opts ...DiskOption) Option {
 	return optionFunc(func(s *settings) {
 		d := &diskSettings{dir: dir, interval: DefaultFsyncInterval, limit: DefaultDiskLimit, segment: DefaultSegmentSize}
@@ -208,14 +222,31 @@ type durable struct {
 	stopped  sync.WaitGroup
 	observer func()
 
-	replayed atomic.Int64
+	replayed atomic.Int64 // events an earlier client left, less those found not to be events or unreadable
 	skipped  atomic.Int64 // replayed records with a valid checksum but no JSON object
+	lost     atomic.Int64 // replayed events whose record could no longer be read back
+
+	// The disk as the buffer (spill.go).
+	q         *queue
+	settle    *settler
+	mu        sync.Mutex // an enqueue call's append and its memory-or-disk decision; the reader's hand-over
+	spilling  bool       // events go to disk only until the reader has caught up; guarded by mu
+	onDisk    int64      // accepted events on disk only, not read back yet; guarded by mu
+	runs      []epochRun // their ledger epochs, oldest first; guarded by mu
+	onDiskNow atomic.Int64
+	spilled   atomic.Int64  // events accepted to disk only since New
+	wake      chan struct{} // cap 1: events went to disk only, or places were freed
+	readStop  chan struct{}
+	readDone  chan struct{}
+	// readerDone: Close took the events on disk only (guarded by mu);
+	// readFailing: the last read failed (reader goroutine only).
+	readerDone, readFailing bool
 }
 
-// openDurable opens d.dir and returns the buffer and the events to replay,
-// ready for the queue (with messages decoded when withMessages).
-func openDurable(d *diskSettings, zlog *zap.Logger, withMessages bool) (*durable, []event, error) {
-	log, recs, err := diskbuf.Open(d.dir, diskbuf.Options{
+// openDurable opens d.dir and returns the buffer and the number of events
+// an earlier client left there (read back later: see startReader).
+func openDurable(d *diskSettings, zlog *zap.Logger) (*durable, int, error) {
+	log, n, err := diskbuf.OpenLog(d.dir, diskbuf.Options{
 		SegmentBytes: d.segment,
 		MaxBytes:     d.limit,
 		NoMmap:       d.noMmap,
@@ -223,34 +254,16 @@ func openDurable(d *diskSettings, zlog *zap.Logger, withMessages bool) (*durable
 		Errorf:       func(format string, args ...any) { zlog.Error(fmt.Sprintf(format, args...)) },
 	})
 	if errors.Is(err, diskbuf.ErrLocked) {
-		return nil, nil, fmt.Errorf("%w: %s", ErrDiskBufferLocked, d.dir)
+		return nil, 0, fmt.Errorf("%w: %s", ErrDiskBufferLocked, d.dir)
 	}
 	if err != nil {
-		return nil, nil, &DiskError{Op: "open", Dir: d.dir, Err: err}
+		return nil, 0, &DiskError{Op: "open", Dir: d.dir, Err: err}
 	}
-	dur := &durable{log: log, dir: d.dir, policy: d.policy, zlog: zlog, stop: make(chan struct{}), observer: d.syncObserver}
-	evs := make([]event, 0, len(recs))
-	for _, r := range recs {
-		ev := event{data: r.Data, seg: r.Seg, off: r.Off}
-		var m Message
-		if withMessages || !json.Valid(r.Data) {
-			m, err = rebuildMessage(r.Data)
-		}
-		if err != nil {
-			// A record with a valid checksum that is not an event: skipped,
-			// counted and acknowledged, never sent.
-			dur.skipped.Add(1)
-			zlog.Warn("disk buffer: skipped a record that is not an event", zap.Error(err))
-			dur.ack([]event{ev})
-			err = nil
-			continue
-		}
-		ev.msg = m
-		evs = append(evs, ev)
-	}
-	dur.replayed.Store(int64(len(evs)))
-	if st := log.Stats(); st != (diskbuf.Stats{}) || len(evs) > 0 {
-		zlog.Info("disk buffer opened", zap.String("dir", d.dir), zap.Int("replayed", len(evs)),
+	dur := &durable{log: log, dir: d.dir, policy: d.policy, zlog: zlog, stop: make(chan struct{}), observer: d.syncObserver,
+		wake: make(chan struct{}, 1), readStop: make(chan struct{}), readDone: make(chan struct{})}
+	dur.replayed.Store(int64(n))
+	if st := log.Stats(); st != (diskbuf.Stats{}) || n > 0 {
+		zlog.Info("disk buffer opened", zap.String("dir", d.dir), zap.Int("replayed", n),
 			zap.Int("torn", st.Torn), zap.Int("corrupt", st.Corrupt),
 			zap.Int("missingSegments", st.Missing), zap.Int("skippedEntries", st.Skipped))
 	}
@@ -258,7 +271,7 @@ func openDurable(d *diskSettings, zlog *zap.Logger, withMessages bool) (*durable
 		dur.stopped.Add(1)
 		go dur.syncEvery(d.interval)
 	}
-	return dur, evs, nil
+	return dur, n, nil
 }
 
 func (d *durable) syncEvery(iv time.Duration) {
@@ -337,14 +350,4 @@ func (d *durable) close() {
 	if err := d.log.Close(); err != nil {
 		d.zlog.Error("disk buffer: close failed", zap.String("dir", d.dir), zap.Error(err))
 	}
-}
-
-// appendDurable is accept's disk step. Without wait, a client already full
-// refuses the event before it is written; with wait (EnqueueContext) the
-// event is written and then waits for room like any other.
-func (c *Client) appendDurable(ev *event, data []byte, wait bool) error {
-	if !wait && c.q.places.full() {
-		return ErrQueueFull
-	}
-	return c.disk.append(ev, data)
 }

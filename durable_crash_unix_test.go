@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -26,6 +27,12 @@ import (
 // every event whose enqueue call had returned nil.
 const crashChildEnv = "ANALYTICS_CRASH_CHILD_DIR"
 
+// The child's QueueCapacity and endpoint, when set (see TestDurableCrash).
+const (
+	crashChildCapEnv = "ANALYTICS_CRASH_CHILD_CAPACITY"
+	crashChildURLEnv = "ANALYTICS_CRASH_CHILD_URL"
+)
+
 // TestDurableCrashChild is the child: it tracks events as fast as it can
 // into a durable client whose server is down, printing each messageId once
 // its Track returned nil (one write per line, so a line on the pipe means
@@ -35,12 +42,20 @@ func TestDurableCrashChild(t *testing.T) {
 	if dir == "" {
 		t.Skip("run by TestDurableCrash")
 	}
-	c, err := New("wk", WithEndpoint("http://127.0.0.1:1"), WithDiskBuffer(dir),
-		WithQueueCapacity(MaxQueueCapacity), WithMaxRetries(1000))
+	endpoint, capacity := "http://127.0.0.1:1", MaxQueueCapacity
+	if u := os.Getenv(crashChildURLEnv); u != "" {
+		endpoint = u // the reader catches up with a backlog while the server answers
+	}
+	if n, err := strconv.Atoi(os.Getenv(crashChildCapEnv)); err == nil {
+		capacity = n // small: most events are on disk only when the kill comes
+	}
+	c, err := New("wk", WithEndpoint(endpoint), WithDiskBuffer(dir),
+		WithQueueCapacity(capacity), WithMaxRetries(1000))
 	if err != nil {
 		fmt.Println("NEW", err)
 		os.Exit(3)
 	}
+	pid := "p" + strconv.Itoa(os.Getpid()) // two children on one directory: ids of their own
 	var wg sync.WaitGroup
 	for g := 0; g < 2; g++ {
 		wg.Add(1)
@@ -48,7 +63,7 @@ func TestDurableCrashChild(t *testing.T) {
 			defer wg.Done()
 			buf := make([]byte, 0, 64)
 			for i := 0; ; i++ {
-				id := "g" + strconv.Itoa(g) + "-" + strconv.Itoa(i)
+				id := pid + "g" + strconv.Itoa(g) + "-" + strconv.Itoa(i)
 				if c.Track(Track{MessageID: id, UserID: "u1", Event: "Crash Tested", Properties: Properties{"i": i}}) == nil {
 					buf = append(append(buf[:0], id...), '\n')
 					if _, err := os.Stdout.Write(buf); err != nil {
@@ -63,6 +78,11 @@ func TestDurableCrashChild(t *testing.T) {
 
 // TestDurableCrash kills the child at seeded random moments (20 by default,
 // ANALYTICS_CRASH_MOMENTS to change, ANALYTICS_CRASH_SEED to repeat a run).
+// The moments take turns among three kinds: a child with room in memory
+// for every event (the server is down); a child with QueueCapacity 1 000,
+// so most events are on disk only when it dies; and a second child that
+// opens such a child's directory with the server up (answering slowly) and
+// tracks more while its reader catches up with the backlog, killed too.
 func TestDurableCrash(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns processes")
@@ -78,6 +98,7 @@ func TestDurableCrash(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 0))
 
 	var mu sync.Mutex
+	var slow atomic.Bool
 	received := map[string]int{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var body struct {
@@ -88,6 +109,9 @@ func TestDurableCrash(t *testing.T) {
 		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
 			w.WriteHeader(400)
 			return
+		}
+		if slow.Load() {
+			time.Sleep(5 * time.Millisecond)
 		}
 		mu.Lock()
 		for _, e := range body.Batch {
@@ -102,11 +126,24 @@ func TestDurableCrash(t *testing.T) {
 	for m := 0; m < moments; m++ {
 		dir := t.TempDir()
 		delay := time.Duration(rng.Int64N(int64(300 * time.Millisecond)))
-		acked := runCrashChild(t, dir, delay)
-
+		kind := [...]string{"memory", "spilled", "catching up"}[m%3]
 		mu.Lock()
 		clear(received)
 		mu.Unlock()
+		var acked []string
+		switch kind {
+		case "memory":
+			acked = runCrashChild(t, dir, delay)
+		case "spilled":
+			acked = runCrashChild(t, dir, delay, crashChildCapEnv+"=1000")
+		default:
+			acked = runCrashChild(t, dir, delay+100*time.Millisecond, crashChildCapEnv+"=1000")
+			slow.Store(true)
+			more := runCrashChild(t, dir, time.Duration(rng.Int64N(int64(300*time.Millisecond))),
+				crashChildCapEnv+"=1000", crashChildURLEnv+"="+srv.URL)
+			slow.Store(false)
+			acked = append(acked, more...)
+		}
 		c, err := New("wk", WithEndpoint(srv.URL), WithDiskBuffer(dir), WithQueueCapacity(MaxQueueCapacity))
 		if err != nil {
 			t.Fatalf("moment %d: New after the kill: %v", m, err)
@@ -124,7 +161,7 @@ func TestDurableCrash(t *testing.T) {
 			if received[id] == 0 {
 				missing++
 				if missing <= 5 {
-					t.Errorf("moment %d (kill after %v): %s was accepted before the kill but not delivered", m, delay, id)
+					t.Errorf("moment %d (%s, kill after %v): %s was accepted before the kill but not delivered", m, kind, delay, id)
 				}
 			}
 		}
@@ -138,18 +175,19 @@ func TestDurableCrash(t *testing.T) {
 		}
 		totalAcked += len(acked)
 		totalDup += dup
-		t.Logf("moment %d: killed after %v, %d accepted, %d replayed, %d delivered twice, torn %d corrupt %d",
-			m, delay, len(acked), st.Replayed, dup, st.DiskTorn, st.DiskCorrupt)
+		t.Logf("moment %d (%s): killed after %v, %d accepted, %d replayed, %d delivered twice, torn %d corrupt %d",
+			m, kind, delay, len(acked), st.Replayed, dup, st.DiskTorn, st.DiskCorrupt)
 	}
 	t.Logf("%d moments: %d accepted events all delivered, %d duplicates", moments, totalAcked, totalDup)
 }
 
 // runCrashChild starts the child on dir, SIGKILLs it after delay, and
-// returns the messageIds it reported as accepted (whole lines only).
-func runCrashChild(t *testing.T, dir string, delay time.Duration) []string {
+// returns the messageIds it reported as accepted (whole lines only); env
+// is added to the child's environment.
+func runCrashChild(t *testing.T, dir string, delay time.Duration, env ...string) []string {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestDurableCrashChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), crashChildEnv+"="+dir)
+	cmd.Env = append(append(os.Environ(), crashChildEnv+"="+dir), env...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

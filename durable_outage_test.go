@@ -56,10 +56,20 @@ func (a *idAPI) RoundTrip(req *http.Request) (*http.Response, error) {
 // 20 000 events with ten times the time bounds. A watchdog outside the bubble
 // fails the test if it makes no progress for 60 s of real time (a spin
 // would never let fake time advance).
+//
+// It runs twice: with room in memory for every event (capacity 1 M), and
+// with the default QueueCapacity (10 000), where most events are on disk
+// only during the outage and are read back after it (R70).
 func TestDurableOutageSmallSegments(t *testing.T) {
 	if testing.Short() {
 		t.Skip("100 000 events")
 	}
+	for _, capacity := range []int{MaxQueueCapacity, DefaultQueueCapacity} {
+		t.Run(fmt.Sprintf("capacity=%d", capacity), func(t *testing.T) { durableOutage(t, capacity) })
+	}
+}
+
+func durableOutage(t *testing.T, capacity int) {
 	n := int64(100_000)
 	if raceEnabled {
 		n = 20_000 // the race detector makes each call several times slower
@@ -88,7 +98,7 @@ func TestDurableOutageSmallSegments(t *testing.T) {
 		recovery := time.Now().Add(15 * time.Second)
 		api := &idAPI{up: recovery, ids: map[string]int{}}
 		var succeeded, failed atomic.Int64
-		c := newTestClient(t, api, nil, WithDiskBuffer(dir, WithSegmentSize(64<<10)), WithQueueCapacity(MaxQueueCapacity),
+		c := newTestClient(t, api, nil, WithDiskBuffer(dir, WithSegmentSize(64<<10)), WithQueueCapacity(capacity),
 			WithOnSuccess(func(m []Message) { succeeded.Add(int64(len(m))) }),
 			WithOnError(func(_ error, m []Message) { failed.Add(int64(len(m))) }))
 		calls := make([]time.Duration, 0, n)
@@ -136,7 +146,11 @@ func TestDurableOutageSmallSegments(t *testing.T) {
 			t.Errorf("the server got %d distinct messageIds, want %d", len(api.ids), n)
 		}
 		api.mu.Unlock()
-		t.Logf("delivered %d, %v after the recovery, %d requests; Track p99.9 %v, slowest %v", st.Delivered, time.Since(recovery), api.requests, p999, slowest)
+		if capacity < int(n) && st.Spilled < n-int64(capacity)-DefaultConsumers*DefaultFlushAt {
+			t.Errorf("%d events went to disk only, want at least %d", st.Spilled, n-int64(capacity)-DefaultConsumers*DefaultFlushAt)
+		}
+		t.Logf("delivered %d, %v after the recovery, %d requests; Track p99.9 %v, slowest %v; spilled %d",
+			st.Delivered, time.Since(recovery), api.requests, p999, slowest, st.Spilled)
 	})
 	if segs := segments(t, dir); len(segs) != 0 {
 		t.Errorf("%d segments left after every event was delivered", len(segs))

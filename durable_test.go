@@ -351,33 +351,56 @@ func (g gateTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return &http.Response{StatusCode: 200, Body: http.NoBody, Request: req}, nil
 }
 
-// TestDurableEnqueueContextWaits: in durable mode EnqueueContext still
-// waits for room when the queue is full (Track does not).
+// TestDurableEnqueueContextWaits: in durable mode a full memory makes
+// neither Track nor EnqueueContext fail or wait (the event goes to disk
+// only); at the disk limit Track returns ErrQueueFull and EnqueueContext
+// waits until delivered events free a segment.
 func TestDurableEnqueueContextWaits(t *testing.T) {
-	g := gateTransport{arrived: make(chan struct{}, 10), release: make(chan struct{})}
-	c := newTestClient(t, g, nil, WithDiskBuffer(t.TempDir()), WithQueueCapacity(1), WithFlushAt(1), WithConsumers(1))
+	g := gateTransport{arrived: make(chan struct{}, 1000), release: make(chan struct{})}
+	c := newTestClient(t, g, nil, WithDiskBuffer(t.TempDir(), WithSegmentSize(64<<10), WithDiskLimit(128<<10)),
+		WithQueueCapacity(1), WithFlushAt(1), WithConsumers(1))
 	mustTrack(t, c, "e1")
 	<-g.arrived // e1 is in flight, held
 	mustTrack(t, c, "e2")
+	accepted := 2
+	var err error
+	for ; accepted < 10_000; accepted++ {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+		err = c.EnqueueContext(ctx, track(fmt.Sprintf("m%05d", accepted))) // the disk has room: never waits
+		cancel()
+		if err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, ErrQueueFull) || !strings.Contains(err.Error(), "size limit") || accepted < 100 {
+		t.Fatalf("after %d events: %v", accepted, err)
+	}
 	if err := c.Track(track("full")); !errors.Is(err, ErrQueueFull) {
-		t.Fatalf("Track on a full queue: %v", err)
+		t.Fatalf("Track at the disk limit: %v", err)
+	}
+	if b := c.Stats().DiskBytes; b <= 64<<10 || b > 128<<10 {
+		t.Fatalf("Stats.DiskBytes %d at the limit of %d", b, 128<<10)
 	}
 	done := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		done <- c.EnqueueContext(ctx, track("e3"))
+		done <- c.EnqueueContext(ctx, track("last"))
 	}()
-	close(g.release) // room comes only when e1's request is answered
-
+	select {
+	case err := <-done:
+		t.Fatalf("EnqueueContext at the disk limit returned before any room was freed: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(g.release) // room comes only when segments are delivered
 	if err := <-done; err != nil {
 		t.Fatalf("EnqueueContext: %v", err)
 	}
 	if err := closeClient(t, c, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if st := c.Stats(); st.Delivered != 3 || st.RejectedQueueFull != 1 {
-		t.Fatalf("stats %+v", st)
+	if st := c.Stats(); st.Delivered != int64(accepted+1) || st.RejectedQueueFull != 2 || st.Spilled < int64(accepted-3) {
+		t.Fatalf("accepted %d, stats %+v", accepted+1, st)
 	}
 }
 

@@ -80,10 +80,12 @@ func (c *Client) accept(ctx context.Context, wait bool, sc *scratch, withCopy Me
 	if err == nil {
 		err = checkSize(e.buf)
 	}
-	var ev event
 	if err == nil && c.disk != nil {
-		err = c.appendDurable(&ev, e.buf, wait) // written to the OS before the call returns
+		err = c.acceptDurable(ctx, wait, sc, withCopy) // spill.go
+		putScratch(sc)
+		return err
 	}
+	var ev event
 	if err == nil {
 		ev.data, ev.slab = sc.copyToSlab(e.buf)
 	}
@@ -98,9 +100,6 @@ func (c *Client) accept(ctx context.Context, wait bool, sc *scratch, withCopy Me
 		err = c.q.push(ev)
 	}
 	if err != nil {
-		if c.disk != nil {
-			c.disk.ack([]event{ev}) // not accepted: not replayed either
-		}
 		releaseEvents([]event{ev}) // not accepted: the queue holds no copy
 	}
 	return err

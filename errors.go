@@ -13,7 +13,8 @@ import (
 var (
 	// ErrQueueFull: the client already holds QueueCapacity events that are
 	// not on the wire: queued, in an open batch or waiting to be retried
-	// (R43).
+	// (R43). In durable mode (WithDiskBuffer): the disk buffer reached its
+	// size limit (R70); a full memory does not cause it there.
 	ErrQueueFull = errors.New("analytics: queue full")
 	// ErrClosed: the client was closed; also returned by a second Close and
 	// by Flush after Close.

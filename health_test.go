@@ -2,8 +2,10 @@ package analytics
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -337,6 +339,182 @@ func TestLoneUnluckyBatchOnHealthyServer(t *testing.T) {
 		for k := 1; k <= 3; k++ {
 			within(t, fmt.Sprintf("wait after failure %d", k), mine[k].at.Sub(mine[k-1].done), lo, hi)
 		}
+		assert.Empty(t, cb.errors())
+		require.NoError(t, closeClient(t, c, time.Second))
+	})
+}
+
+// S49 (third part), R61, R63: the end of a run, when only one unlucky batch
+// is left. The other batches' last 16 answers were 12 2xx and 4 failures (a
+// server that answers most requests); then batch a fails four times with no
+// other answer in between. Its own failures are not evidence about the
+// server, so each of its four waits is d_1, not d_4 once its own failures
+// make up half of the recent answers.
+func TestLastBatchOwnFailuresKeepShortWaits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		failed := map[string]int{}
+		api := newFakeAPI(func(_ int, r seen) reply {
+			mu.Lock()
+			defer mu.Unlock()
+			id := r.ids[0]
+			fails := map[string]int{"o8": 1, "o9": 1, "o10": 1, "o11": 1, "a": 4}[id]
+			if failed[id] < fails {
+				failed[id]++
+				return reply{status: 500}
+			}
+			return reply{status: 200}
+		})
+		cb := &callbacks{}
+		c := newTestClient(t, api, cb, WithFlushAt(1))
+		// Recent answers, oldest first: eight 2xx, then four times a
+		// failure and its retry's 2xx: 16 answers, 4 failures.
+		for i := range 12 {
+			mustTrack(t, c, fmt.Sprintf("o%d", i))
+			require.NoError(t, flush(t, c, time.Minute))
+		}
+		mustTrack(t, c, "a")
+		require.NoError(t, flush(t, c, time.Minute))
+		mine := requestsFor(api.requests(), "a")
+		require.Len(t, mine, 5, "four failures, then delivered")
+		lo, hi := window(1)
+		for k := 1; k <= 4; k++ {
+			within(t, fmt.Sprintf("wait after failure %d", k), mine[k].at.Sub(mine[k-1].done), lo, hi)
+		}
+		assert.Len(t, cb.delivered(), 13)
+		assert.Empty(t, cb.errors())
+		require.NoError(t, closeClient(t, c, time.Second))
+	})
+}
+
+// R61: a streak restarts at any 2xx. A fresh client (nothing known, so the
+// server does not count as healthy) sees batch a fail twice: its waits grow
+// (d_1, d_2). Then another batch is answered 2xx, late enough in a's second
+// wait that the release (R62) leaves that wait alone; a's third failure
+// starts a new streak, and its wait is d_1 again, not d_3.
+func TestStreakRestartsAtAnyTwoHundred(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var tries atomic.Int32
+		api := newFakeAPI(func(_ int, r seen) reply {
+			if slices.Contains(r.ids, "a") && tries.Add(1) <= 3 {
+				return reply{status: 500}
+			}
+			return reply{status: 200}
+		})
+		cb := &callbacks{}
+		c := newTestClient(t, api, cb, WithFlushAt(1))
+		mustTrack(t, c, "a")
+		// a fails at 0 and at about 0.5 s, then waits d_2 (0.9–1.1 s): o's
+		// 2xx at 1.2 s comes less than d_1 before a is due.
+		time.Sleep(1200 * time.Millisecond)
+		mustTrack(t, c, "o")
+		require.NoError(t, flush(t, c, time.Minute))
+		mine := requestsFor(api.requests(), "a")
+		require.Len(t, mine, 4, "three failures, then delivered")
+		for i, k := range []int{1, 2, 1} {
+			lo, hi := window(k)
+			within(t, fmt.Sprintf("wait after failure %d", i+1), mine[i+1].at.Sub(mine[i].done), lo, hi)
+		}
+		assert.ElementsMatch(t, []string{"a", "o"}, cb.delivered())
+		assert.Empty(t, cb.errors())
+		require.NoError(t, closeClient(t, c, time.Second))
+	})
+}
+
+// R61, R63: the retry tail of a paced run is the last batches' own luck and
+// nothing else. A producer tracks 20 000 events/s for half a second while one
+// request in five, at random, is answered 500; then Close. Every counted
+// wait of every batch is d_1 (the server stays healthy), and Close returns
+// as soon as the last batch is delivered: its tail is its first attempt
+// plus one d_1 and one answer per failure.
+func TestPacedTailIsTheLastBatchesLuck(t *testing.T) {
+	for _, seed := range []uint64{1, 2} {
+		synctest.Test(t, func(t *testing.T) {
+			var mu sync.Mutex
+			rng := rand.New(rand.NewPCG(seed, 21))
+			api := newFakeAPI(func(_ int, _ seen) reply {
+				mu.Lock()
+				fail := rng.Float64() < 0.2
+				mu.Unlock()
+				if fail {
+					return reply{status: 500, hold: time.Millisecond}
+				}
+				return reply{status: 200, hold: time.Millisecond}
+			})
+			cb := &callbacks{}
+			c := newTestClient(t, api, cb)
+			const n, perTick = 10000, 250 // 250 events every 12.5 ms
+			for i := range n {
+				mustTrack(t, c, fmt.Sprintf("m%d", i))
+				if i%perTick == perTick-1 {
+					time.Sleep(12500 * time.Microsecond)
+				}
+			}
+			closing := time.Now()
+			require.NoError(t, closeClient(t, c, time.Minute))
+			closed := time.Now()
+
+			byBatch := map[string][]seen{}
+			var lastDone time.Time
+			for _, r := range api.requests() {
+				byBatch[r.ids[0]] = append(byBatch[r.ids[0]], r)
+				if r.done.After(lastDone) {
+					lastDone = r.done
+				}
+			}
+			lo, hi := window(1)
+			retried := 0
+			for id, rs := range byBatch {
+				for i := 1; i < len(rs); i++ {
+					within(t, fmt.Sprintf("seed %d: %s wait after failure %d", seed, id, i), rs[i].at.Sub(rs[i-1].done), lo, hi)
+					retried++
+				}
+			}
+			assert.Greater(t, retried, 0, "some batches were retried")
+			assert.Equal(t, lastDone, closed, "Close returns when the last batch is answered")
+			t.Logf("seed %d: Close took %v, %d counted retries", seed, closed.Sub(closing), retried)
+			assert.Len(t, cb.delivered(), n)
+			assert.Empty(t, cb.errors())
+		})
+	}
+}
+
+// R60, R61, R63: an outage after a healthy stretch. Ten batches are
+// delivered, then every request fails for 30 s while five batches wait.
+// Their failures, recorded beside the ten 2xx, soon make up half of the
+// recent answers, and from then on the waits grow as R26 says: from 10 s
+// to 30 s into the outage the five batches send a handful of requests,
+// not one each every d_1 (about 200, or 100 at the retry allowance).
+func TestOutageAfterHealthyStretchGrowsWaits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var outage atomic.Pointer[time.Time]
+		api := newFakeAPI(func(_ int, r seen) reply {
+			if from := outage.Load(); from != nil && r.at.Before(from.Add(30*time.Second)) {
+				return reply{status: 500}
+			}
+			return reply{status: 200}
+		})
+		cb := &callbacks{}
+		c := newTestClient(t, api, cb, WithFlushAt(1))
+		for i := range 10 {
+			mustTrack(t, c, fmt.Sprintf("o%d", i))
+			require.NoError(t, flush(t, c, time.Minute))
+		}
+		start := time.Now()
+		outage.Store(&start)
+		for i := range 5 {
+			mustTrack(t, c, fmt.Sprintf("a%d", i))
+		}
+		require.NoError(t, flush(t, c, 10*time.Minute))
+		n := 0
+		for _, r := range api.requests() {
+			if d := r.at.Sub(start); d >= 10*time.Second && d < 30*time.Second {
+				n++
+			}
+		}
+		t.Logf("%d requests from 10 s to 30 s into the outage", n)
+		assert.LessOrEqual(t, n, 20, "requests from 10 s to 30 s into the outage")
+		assert.Len(t, cb.delivered(), 15)
 		assert.Empty(t, cb.errors())
 		require.NoError(t, closeClient(t, c, time.Second))
 	})

@@ -35,10 +35,20 @@ func (l *ledger) add() uint64 {
 	return l.current()
 }
 
+// addN counts n accepted events and returns their epoch.
+func (l *ledger) addN(n int) uint64 {
+	l.epochs[len(l.epochs)-1].pending += n
+	l.total += n
+	return l.current()
+}
+
 // done discharges one event of epoch.
-func (l *ledger) done(epoch uint64) {
-	l.epochs[epoch-l.base].pending--
-	l.total--
+func (l *ledger) done(epoch uint64) { l.doneN(epoch, 1) }
+
+// doneN discharges n events of epoch.
+func (l *ledger) doneN(epoch uint64, n int) {
+	l.epochs[epoch-l.base].pending -= n
+	l.total -= n
 	// Retire finished epochs from the front; the current one stays.
 	for len(l.epochs) > 1 && l.epochs[0].pending == 0 {
 		if l.epochs[0].done != nil {

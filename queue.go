@@ -31,7 +31,7 @@ type queue struct {
 	interval time.Duration
 	maxRing  int
 
-	// The high-water mark in bytes (R70): EnqueueContext waits while the
+	// The high-water mark in bytes (R71): EnqueueContext waits while the
 	// queued events weigh more than markBatches full batches (maxBytes each);
 	// overMark says they do, mirrored in places.bytesAtMark for the line
 	// of blocked producers. markBatches is 0 without a mark.
@@ -84,7 +84,7 @@ func (q *queue) push(ev event) error {
 }
 
 // pushBelowMark is push for EnqueueContext: it also refuses (ErrQueueFull)
-// while the queued events are at the high-water mark (R70), though
+// while the queued events are at the high-water mark (R71), though
 // QueueCapacity may have room.
 func (q *queue) pushBelowMark(ev event) error {
 	q.mu.Lock()
@@ -140,7 +140,7 @@ func (q *queue) pushLocked(ev event) error {
 // woken with a place of its own, in the order the producers came, once a
 // batch's worth of places is free, or at Close. It waits while QueueCapacity
 // is reached, and also while the queued events are at the high-water mark
-// (R70): more queued events would not keep the consumers any busier.
+// (R71): more queued events would not keep the consumers any busier.
 func (q *queue) pushWait(ctx context.Context, ev event) error {
 	for {
 		if !q.places.queued() { // no barging past blocked producers
@@ -166,7 +166,7 @@ func (q *queue) pushWait(ctx context.Context, ev event) error {
 }
 
 func (q *queue) grow() {
-	q.resize(max(min(len(q.ring)*2, q.maxRing), q.n+1)) // more than maxRing only after a preload
+	q.resize(max(min(len(q.ring)*2, q.maxRing), q.n+1)) // more than maxRing only after a load
 }
 
 // resize moves the queued events to a ring of size places (≥ q.n).
@@ -187,7 +187,7 @@ func (q *queue) weight(ev event) int { return len(ev.data) + 1 + q.perEvent }
 func (q *queue) overBytes() bool { return q.bytes-1 > q.maxBytes }
 
 // markBytesFor sets the high-water mark in bytes to batches full batches
-// (R70); q.mu must be held, or the queue not yet shared.
+// (R71); q.mu must be held, or the queue not yet shared.
 func (q *queue) markBytesFor(batches int) {
 	q.markBatches = batches
 	q.noteMark()
@@ -266,30 +266,56 @@ func (q *queue) setBudget(maxBytes, flushAt int) {
 	signal(q.ready)
 }
 
-// preload queues events replayed from the disk buffer ahead of any new
-// one, before consumers start. They are accepted already, so they take
-// their places whatever the limit (as a re-queued batch does, R44) and the
-// ring grows to hold them.
-func (q *queue) preload(evs []event) {
+// load queues events read back from the disk buffer (durable mode, see
+// spill.go): accepted already and counted in the ledger (their epoch is
+// set), so they take their places whatever the limit, as a re-queued
+// batch does (R44).
+func (q *queue) load(evs []event) {
 	if len(evs) == 0 {
 		return
 	}
 	q.mu.Lock()
 	if len(q.ring) < q.n+len(evs) {
-		q.resize(q.n + len(evs))
+		q.resize(max(min(len(q.ring)*2, q.maxRing), q.n+len(evs)))
+	}
+	if q.n == 0 {
+		q.openedAt = time.Now()
 	}
 	for _, ev := range evs {
-		ev.epoch = q.ledger.add()
 		q.ring[(q.head+q.n)%len(q.ring)] = ev
 		q.n++
 		q.bytes += q.weight(ev) // as push counts it, so popping evens out
 	}
 	q.noteMark()
-	q.openedAt = time.Now()
 	q.mu.Unlock()
 	q.places.enqueued(len(evs))
 	q.places.hold(len(evs))
 	signal(q.ready)
+}
+
+// account counts n accepted events that are not queued (durable mode: on
+// disk only, see spill.go) in the ledger, so Flush and Close wait for
+// them, and returns their epoch; ErrClosed after close.
+func (q *queue) account(n int) (uint64, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return 0, ErrClosed
+	}
+	return q.ledger.addN(n), nil
+}
+
+// dischargeRuns counts off runs of events that were accounted but never
+// queued (see account) and have their disposition.
+func (q *queue) dischargeRuns(runs []epochRun) {
+	if len(runs) == 0 {
+		return
+	}
+	q.mu.Lock()
+	for _, r := range runs {
+		q.ledger.doneN(r.epoch, int(r.n))
+	}
+	q.mu.Unlock()
 }
 
 // popLocked removes the oldest queued event; q.n must be > 0.
@@ -368,7 +394,7 @@ func (q *queue) outstanding() int {
 //
 // EnqueueContext calls that find no room wait in a line, first come first
 // served. They also wait while the events queued and not yet taken into a
-// batch are at the high-water mark (R70), though places are free. They are
+// batch are at the high-water mark (R71), though places are free. They are
 // woken only when there is room for a useful amount of work, wakeAt places
 // (a batch), or when the queue is about to run dry (a forced release), not
 // once per place: each woken producer is given its place (granted) as it
@@ -382,7 +408,7 @@ type capacity struct {
 
 	// untaken counts the events queued and not yet taken into a batch,
 	// plus the places granted to blocked producers that have not queued
-	// their event yet. highWater is where EnqueueContext stops (R70).
+	// their event yet. highWater is where EnqueueContext stops (R71).
 	untaken   atomic.Int64
 	highWater int64
 	// bytesAtMark: the queued events weigh the high-water mark in bytes
@@ -391,6 +417,8 @@ type capacity struct {
 
 	mu   sync.Mutex
 	line []*blockedProducer // blocked producers, oldest first
+
+	freed chan struct{} // durable mode: signalled when places are released (the disk reader waits on it); nil otherwise
 }
 
 // blockedProducer is one producer waiting for room. woken is closed when
@@ -409,12 +437,12 @@ func newCapacity(limit int) *capacity {
 func (c *capacity) wakeWhen(places int) { c.wakeAt = max(1, min(int64(places), c.limit)) }
 
 // markAt sets the high-water mark of queued events for EnqueueContext
-// (R70), at least wakeAt and at most the limit.
+// (R71), at least wakeAt and at most the limit.
 func (c *capacity) markAt(events int) {
 	c.highWater = max(c.wakeAt, min(int64(events), c.limit))
 }
 
-// highWaterMark is the high-water mark R70 sets for a client with these
+// highWaterMark is the high-water mark R71 sets for a client with these
 // settings: a batch ready for every consumer (bounded by QueueCapacity).
 func highWaterMark(consumers, flushAt int) int { return consumers * flushAt }
 
@@ -434,7 +462,7 @@ func (c *capacity) reserve() bool {
 }
 
 // reserveBelowMark is reserve for EnqueueContext: it also fails while the
-// untaken events are at the high-water mark (R70).
+// untaken events are at the high-water mark (R71).
 func (c *capacity) reserveBelowMark() bool {
 	if c.untaken.Add(1) > c.highWater {
 		c.untaken.Add(-1)
@@ -489,6 +517,9 @@ func (c *capacity) hold(n int) { c.held.Add(int64(n)) }
 // force is set (the queue runs dry: any room is useful).
 func (c *capacity) release(n int, force bool) {
 	c.held.Add(-int64(n))
+	if c.freed != nil {
+		signal(c.freed)
+	}
 	if c.waiters.Load() > 0 {
 		c.mu.Lock()
 		c.grantLocked(force)

@@ -87,11 +87,17 @@ func (h *health) note(failure bool) {
 	h.seen = min(h.seen+1, recentAnswers)
 }
 
-// healthy reports whether the recent answers show a healthy server (R63):
-// at least four of them, and fewer than half counted failures.
-func (h *health) healthy() bool {
-	failures := bits.OnesCount16(h.recent & uint16(1<<h.seen-1))
-	return h.seen >= 4 && 2*failures < h.seen
+// healthy reports whether the recent answers show a healthy server (R63)
+// to a batch whose streak is streak: at least four of them, and fewer than
+// half counted failures, once the batch's own failures since the last 2xx
+// are left out (they are the newest answers, after the last 2xx, so at most
+// the failures that follow it).
+func (h *health) healthy(streak int) bool {
+	known := h.recent & uint16(1<<h.seen-1)
+	failures := bits.OnesCount16(known)
+	own := min(streak, bits.TrailingZeros16(^known)) // the failures after the last 2xx, at most
+	seen, failures := h.seen-own, failures-own
+	return seen >= 4 && 2*failures < seen
 }
 
 // refill brings the allowance up to now.
@@ -116,9 +122,10 @@ func (h *health) allowed(now time.Time) time.Duration {
 
 // failed records a counted failure of b (R60) and returns the k of its
 // next wait: b's counted failures since the server last answered 2xx to any
-// batch (R61), or 1 while the recent answers show a healthy server (R63),
-// so that a batch unlucky on its own against a server that answers most
-// requests does not sit out growing waits.
+// batch (R61), or 1 while the recent answers other than b's own streak show
+// a healthy server (R63), so that a batch unlucky on its own against a
+// server that answers most requests does not sit out growing waits, even
+// when it is the last one left and its own failures fill the window.
 func (r *waitingRoom) failed(b *batch) (k int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -127,7 +134,7 @@ func (r *waitingRoom) failed(b *batch) (k int) {
 		b.epoch, b.streak = r.health.epoch, 0
 	}
 	b.streak++
-	if r.health.healthy() {
+	if r.health.healthy(b.streak) {
 		return 1
 	}
 	return b.streak

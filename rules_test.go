@@ -234,10 +234,11 @@ func TestOAuthRateLimitKeepsTheToken(t *testing.T) {
 	}
 }
 
-// R43, section 7: events replayed from the disk buffer hold their places
-// like any queued event: with 3 replayed, one in flight and QueueCapacity
-// 3, one new event fits.
-func TestReplayedEventsTakeCapacity(t *testing.T) {
+// R70, section 7: in durable mode QueueCapacity bounds memory, not what
+// is accepted. With 3 replayed events, room for 2 in memory and the first
+// request held, every new event is accepted (on disk only), and all of
+// them reach the server in acceptance order: replayed first.
+func TestDurableDiskIsTheBuffer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		dir := t.TempDir()
 		c1 := newTestClient(t, newFakeAPI(sequence(reply{hold: time.Hour})), nil, WithDiskBuffer(dir), WithFlushAt(10))
@@ -246,25 +247,28 @@ func TestReplayedEventsTakeCapacity(t *testing.T) {
 		}
 		require.ErrorIs(t, closeClient(t, c1, 10*time.Millisecond), ErrShutdownInterrupted)
 
-		api := newFakeAPI(sequence(reply{hold: time.Hour}))
-		c2 := newTestClient(t, api, nil, WithDiskBuffer(dir), WithQueueCapacity(3), WithFlushAt(1), WithConsumers(1))
-		synctest.Wait() // r1 in flight, r2 and r3 queued
+		api := newFakeAPI(sequence(reply{hold: 5 * time.Second, status: 200}, reply{status: 200}))
+		cb := &callbacks{}
+		c2 := newTestClient(t, api, cb, append(cb.options(), WithDiskBuffer(dir), WithQueueCapacity(2), WithFlushAt(1), WithConsumers(1))...)
+		synctest.Wait() // r1 in flight, r2 and r3 in memory or on disk
 		require.Equal(t, 1, len(api.requests()))
 		require.Equal(t, int64(3), c2.Stats().Replayed)
-		var accepted, full int
-		for _, id := range []string{"x1", "x2", "x3", "x4"} {
-			switch err := c2.Track(track(id)); {
-			case err == nil:
-				accepted++
-			case errors.Is(err, ErrQueueFull):
-				full++
-			default:
-				t.Fatalf("Track(%s): %v", id, err)
-			}
+		var want []string
+		for i := range 50 {
+			id := fmt.Sprintf("x%02d", i)
+			require.NoError(t, c2.Track(track(id)), "Track(%s) with memory full and room on disk", id)
+			want = append(want, id)
 		}
-		assert.Equal(t, 1, accepted, "QueueCapacity 3, two replayed events queued")
-		assert.Equal(t, 3, full)
-		require.ErrorIs(t, closeClient(t, c2, 10*time.Millisecond), ErrShutdownInterrupted)
+		st := c2.Stats()
+		assert.Equal(t, int64(50), st.Spilled, "every new event went to disk only: older ones were still there")
+		assert.LessOrEqual(t, st.OnDisk, int64(53-1), "r1 is in flight")
+		assert.GreaterOrEqual(t, st.OnDisk, int64(50), "at most QueueCapacity in memory")
+		assert.Zero(t, st.RejectedQueueFull)
+		require.NoError(t, flush(t, c2, 5*time.Minute))
+		assert.Equal(t, append([]string{"r1", "r2", "r3"}, want...), sentIDs(api), "FIFO: replayed before new, spilled in order")
+		assert.Zero(t, c2.Stats().OnDisk)
+		require.NoError(t, closeClient(t, c2, time.Second))
+		assert.Len(t, cb.delivered(), 53, "callbacks get the spilled events too (decoded from disk)")
 	})
 }
 
@@ -383,8 +387,8 @@ func TestDiskFullStillRecordsAcknowledgements(t *testing.T) {
 }
 
 // Section 7: a record whose checksum is valid but whose JSON is cut short
-// is skipped and counted in DiskCorrupt, also without callbacks; it is
-// never sent.
+// is skipped and counted in DiskCorrupt (and not in Replayed) when it is
+// read back, also without callbacks; it is never sent.
 func TestTruncatedJSONRecordIsSkipped(t *testing.T) {
 	for _, withCallbacks := range []bool{false, true} {
 		t.Run(fmt.Sprintf("callbacks=%v", withCallbacks), func(t *testing.T) {
@@ -404,10 +408,12 @@ func TestTruncatedJSONRecordIsSkipped(t *testing.T) {
 				cb = &callbacks{}
 			}
 			c := newTestClient(t, api, cb, WithDiskBuffer(dir))
+			require.NoError(t, closeClient(t, c, 5*time.Second))
+			// Found when it is read back (R70), so counted by the time
+			// everything has an outcome, not at New.
 			st := c.Stats()
 			assert.Equal(t, int64(1), st.Replayed)
 			assert.Equal(t, int64(1), st.DiskCorrupt, "the truncated record is counted")
-			require.NoError(t, closeClient(t, c, 5*time.Second))
 			assert.Equal(t, []string{"ok1"}, sentIDs(api), "only the whole event is sent")
 			for _, r := range api.requests() {
 				assert.NotContains(t, string(r.body), `"ev`+"]", "no half record in a body")

@@ -254,12 +254,25 @@ type Stats struct {
 	RejectedClosed   int64 // enqueue calls rejected with ErrClosed
 	RejectedDisk     int64 // enqueue calls rejected with a *DiskError (durable mode)
 
-	// Durable mode only (WithDiskBuffer), all set at New:
-	Replayed    int64 // events an earlier client left in the disk buffer, sent first
+	// Durable mode only (WithDiskBuffer), found at New:
+	Replayed    int64 // events an earlier client left in the disk buffer, sent first (less records found not to be events, or unreadable, when read back: those are in DiskCorrupt)
 	DiskTorn    int64 // torn records (a write cut short by a crash) skipped at New
-	DiskCorrupt int64 // corrupt regions before valid records, and records that were not events, skipped at New
+	DiskCorrupt int64 // corrupt regions before valid records skipped at New, and replayed records that were not events or could no longer be read
 	DiskMissing int64 // segments lost from the directory (a gap in their numbers, or no valid header), found at New
 	DiskSkipped int64 // directory entries named like disk buffer files that are not regular files, ignored at New
+
+	// Durable mode: the disk as the buffer (QueueCapacity bounds memory,
+	// WithDiskLimit what is accepted; see WithDiskBuffer).
+	Spilled int64 // events accepted while memory was full (or events were already on disk only), written to the disk buffer only and read back later
+	// OnDisk is not cumulative: the accepted and replayed events that are
+	// on disk only now, waiting to be read back into memory. After Close
+	// it is the number Close left there without reading them back: kept
+	// for the next client, counted in HandedBack, and given no callback.
+	OnDisk int64
+	// DiskBytes is not cumulative either: what the disk buffer's files take
+	// now (the active segment at its preallocated size), which
+	// WithDiskLimit bounds; 0 after Close.
+	DiskBytes int64
 }
 
 type counters struct {
@@ -320,8 +333,12 @@ func (c *Client) Stats() Stats {
 	}
 	if d := c.disk; d != nil {
 		st.Replayed = d.replayed.Load()
+		st.Spilled, st.OnDisk = d.spilled.Load(), d.onDiskNow.Load()
+		if !c.closed.Load() {
+			st.DiskBytes = d.log.Size()
+		}
 		ds := d.log.Stats()
-		st.DiskTorn, st.DiskCorrupt = int64(ds.Torn), int64(ds.Corrupt)+d.skipped.Load()
+		st.DiskTorn, st.DiskCorrupt = int64(ds.Torn), int64(ds.Corrupt)+d.skipped.Load()+d.lost.Load()
 		st.DiskMissing, st.DiskSkipped = int64(ds.Missing), int64(ds.Skipped)
 	}
 	return st

@@ -121,13 +121,21 @@ type Segment struct {
 	size   int64        // bytes used, header included; guarded by Log.mu
 	live   atomic.Int64 // event records without an acknowledgement
 	sealed bool         // guarded by Log.mu
+	// old: found by Open. Its events to read back are the offsets in
+	// replay (sorted), not every record; set before the log is shared and
+	// then read by the Reader only.
+	old    bool
+	replay []uint32
 }
 
-// Replayed is an event found by Open without an acknowledgement.
+// Replayed is an event read back from the log: found by Open without an
+// acknowledgement, or appended by this Log (see Reader).
 type Replayed struct {
 	Seg  *Segment
 	Off  uint32
 	Data []byte
+	// Old reports an event an earlier Log wrote (found by Open).
+	Old bool
 }
 
 // Stats counts what Open skipped.
@@ -160,6 +168,7 @@ type Log struct {
 	written  int64
 	dirty    atomic.Bool
 	stats    Stats
+	reader   *Reader
 
 	ackMu      sync.Mutex // the ack file
 	ackF       *os.File   // nil after Close or when it could not be created
@@ -173,6 +182,8 @@ type Log struct {
 	compactAt  atomic.Int64 // compaction starts once ackBytes exceeds this
 	unmarked   []gap        // segments to mark as deleted (missing at Open, or deleted without a marker); reclaimer only
 
+	freed chan struct{} // closed (and replaced) when reclaim deletes segments; guarded by mu
+
 	wake  chan struct{}
 	flush chan chan struct{} // Reclaim's requests
 	quit  chan struct{}
@@ -181,13 +192,39 @@ type Log struct {
 
 type gap struct{ first, count uint64 }
 
-// Open locks dir (creating it if needed), reads its files and returns the
-// log with the events that have no acknowledgement, oldest first. A
+// Open is OpenLog followed by reading every event it found back (with the
+// Reader), oldest first: for tests and tools; a client uses OpenLog and
+// reads back as memory allows.
+func Open(dir string, opts Options) (*Log, []Replayed, error) {
+	l, n, err := OpenLog(dir, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	recs := make([]Replayed, 0, n)
+	for len(recs) < n {
+		got, lost, err := l.Reader().Next(n-len(recs), 4<<20)
+		if err != nil {
+			l.Close()
+			return nil, nil, err
+		}
+		recs = append(recs, got...)
+		n -= lost
+		if len(got) == 0 && lost == 0 {
+			break
+		}
+	}
+	l.Reader().Close()
+	return l, recs, nil
+}
+
+// OpenLog locks dir (creating it if needed), reads its files and returns
+// the log and the number of events that have no acknowledgement. Their
+// bytes are not kept: the Reader reads them back, oldest first. A
 // directory writable by group or others, or owned by another user, is
 // refused (ErrUnsafeDir). When no segment can be created (a full disk, or
-// the limit reached by what the directory holds) Open still succeeds: the
-// events are replayed, and Append fails until there is room.
-func Open(dir string, opts Options) (*Log, []Replayed, error) {
+// the limit reached by what the directory holds) OpenLog still succeeds:
+// the events can be read back, and Append fails until there is room.
+func OpenLog(dir string, opts Options) (*Log, int, error) {
 	if opts.SegmentBytes <= 0 {
 		opts.SegmentBytes = 4 << 20
 	}
@@ -195,27 +232,32 @@ func Open(dir string, opts Options) (*Log, []Replayed, error) {
 		opts.MaxBytes = 512 << 20
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, nil, err
+		return nil, 0, err
 	}
 	fi, err := os.Stat(dir)
 	if err != nil {
-		return nil, nil, err
+		return nil, 0, err
 	}
 	if err := checkPrivate(dir, fi); err != nil {
-		return nil, nil, err
+		return nil, 0, err
 	}
 	lock, err := lockDir(filepath.Join(dir, LockName))
 	if err != nil {
-		return nil, nil, err
+		return nil, 0, err
 	}
 	l := &Log{
 		dir: dir, dirInfo: fi, opts: opts, lock: lock, buf: make([]byte, 0, 4096),
-		wake: make(chan struct{}, 1), flush: make(chan chan struct{}), quit: make(chan struct{}), done: make(chan struct{}),
+		freed: make(chan struct{}),
+		wake:  make(chan struct{}, 1), flush: make(chan chan struct{}), quit: make(chan struct{}), done: make(chan struct{}),
 	}
 	replayed, err := l.load()
 	if err != nil {
 		lock.Close()
-		return nil, nil, err
+		return nil, 0, err
+	}
+	l.reader = &Reader{l: l}
+	if len(l.segs) > 0 {
+		l.reader.seq = l.segs[0].seq
 	}
 	l.compactAt.Store(max(minCompact, 2*l.ackBytes.Load()))
 	if err := l.newAckFile(); err != nil {
@@ -307,10 +349,10 @@ func checkHeader(data []byte, magic string, seq uint64) (ok bool, err error) {
 	return binary.LittleEndian.Uint64(data[8:]) == seq, nil
 }
 
-func (l *Log) load() ([]Replayed, error) {
+func (l *Log) load() (int, error) {
 	entries, err := os.ReadDir(l.dir)
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
 	var segSeqs, ackSeqs []uint64
 	taken := map[uint64]bool{} // segment numbers used by entries that are not regular files
@@ -356,14 +398,14 @@ func (l *Log) load() ([]Replayed, error) {
 			continue
 		}
 		if err != nil {
-			return nil, err
+			return 0, err
 		}
 		l.ackFiles = append(l.ackFiles, seq)
 		l.ackSeq = max(l.ackSeq, seq)
 		l.ackBytes.Add(int64(len(data)))
 		ok, err := checkHeader(data, ackMagic, seq)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
+			return 0, fmt.Errorf("%s: %w", path, err)
 		}
 		if !ok {
 			if len(data) > 0 {
@@ -401,10 +443,11 @@ func (l *Log) load() ([]Replayed, error) {
 	l.nextSeq = maxSeq + 1
 	gone = mergeGaps(gone)
 
-	// The segments.
-	var events []Replayed
+	// The segments, one at a time: only the offsets of the events to
+	// replay are kept.
+	events := 0
 	for i, seq := range segSeqs {
-		s := &Segment{seq: seq, path: l.segPath(seq), sealed: true}
+		s := &Segment{seq: seq, path: l.segPath(seq), sealed: true, old: true}
 		data, err := readRegular(s.path)
 		if errors.Is(err, errNotRegular) { // replaced since ReadDir
 			l.stats.Skipped++
@@ -412,11 +455,11 @@ func (l *Log) load() ([]Replayed, error) {
 			continue
 		}
 		if err != nil {
-			return nil, err
+			return 0, err
 		}
 		ok, err := checkHeader(data, segMagic, seq)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", s.path, err)
+			return 0, fmt.Errorf("%s: %w", s.path, err)
 		}
 		end := len(data)
 		for end > 0 && data[end-1] == 0 {
@@ -463,7 +506,8 @@ func (l *Log) load() ([]Replayed, error) {
 				return
 			}
 			s.live.Add(1)
-			events = append(events, Replayed{Seg: s, Off: uint32(off), Data: payload})
+			s.replay = append(s.replay, uint32(off))
+			events++
 		})
 		l.segs = append(l.segs, s)
 	}
@@ -1028,6 +1072,20 @@ func (l *Log) reclaim() {
 			l.logf("diskbuf: could not delete %s: %v", filepath.Base(s.path), err)
 		}
 	}
+	l.mu.Lock()
+	if !l.closed {
+		close(l.freed)
+		l.freed = make(chan struct{})
+	}
+	l.mu.Unlock()
+}
+
+// Freed returns a channel closed the next time segments are deleted (room
+// may have come back under MaxBytes), or at Close.
+func (l *Log) Freed() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.freed
 }
 
 // writeMarks appends deletion markers for gs and syncs the ack file.
@@ -1262,6 +1320,7 @@ func (l *Log) Close() error {
 	}
 	err := l.sealActiveLocked()
 	l.closed = true
+	close(l.freed) // a waiter for room learns of the Close
 	l.mu.Unlock()
 	close(l.quit)
 	<-l.done

@@ -7,7 +7,11 @@ import (
 	"time"
 )
 
-// diskMeter samples the size of a disk buffer directory (ours-durable).
+// diskMeter samples the size of a disk buffer directory (ours-durable),
+// every 100 ms: each sample allocates (a directory listing), and at 10 ms
+// the meter's garbage alone raised the driver's peak heap by 3–6 MB in the
+// outage scenario, more than the client's own memory differs between
+// modes.
 type diskMeter struct {
 	dir  string
 	quit chan struct{}
@@ -20,7 +24,7 @@ func startDiskMeter(dir string) *diskMeter {
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
-		t := time.NewTicker(10 * time.Millisecond)
+		t := time.NewTicker(100 * time.Millisecond)
 		defer t.Stop()
 		for {
 			select {

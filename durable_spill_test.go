@@ -1,0 +1,165 @@
+package analytics
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// TestDurableCatchUp: a backlog left on disk is read back while new events
+// arrive with memory full; every event reaches the server once, in
+// acceptance order, and nothing is left on disk afterwards.
+func TestDurableCatchUp(t *testing.T) {
+	dir := t.TempDir()
+	c1 := newTestClient(t, newFakeAPI(sequence(reply{hold: time.Hour})), nil,
+		WithDiskBuffer(dir, WithSegmentSize(64<<10)), WithQueueCapacity(100), WithFlushAt(50))
+	var want []string
+	for i := range 3000 {
+		id := fmt.Sprintf("a%04d", i)
+		mustTrack(t, c1, id)
+		want = append(want, id)
+	}
+	err := closeClient(t, c1, 20*time.Millisecond)
+	if !errors.Is(err, ErrShutdownInterrupted) || !strings.Contains(err.Error(), "never left it") {
+		t.Fatalf("Close: %v", err)
+	}
+	if st := c1.Stats(); st.HandedBack != 3000 || st.OnDisk < 3000-100-50*DefaultConsumers || st.Spilled < st.OnDisk {
+		t.Errorf("after Close: %+v", st)
+	}
+
+	api := newFakeAPI(nil)
+	c2 := newTestClient(t, api, nil, WithDiskBuffer(dir, WithSegmentSize(64<<10)), WithQueueCapacity(100), WithFlushAt(50), WithConsumers(1))
+	for i := range 3000 {
+		id := fmt.Sprintf("b%04d", i)
+		mustTrack(t, c2, id)
+		want = append(want, id)
+	}
+	if err := closeClient(t, c2, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	got := sentIDs(api)
+	if len(got) != len(want) {
+		t.Fatalf("%d events sent, want %d", len(got), len(want))
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			t.Fatalf("event %d sent is %s, want %s (FIFO)", i, got[i], want[i])
+		}
+	}
+	if segs := segments(t, dir); len(segs) != 0 {
+		t.Fatalf("%d segment(s) left", len(segs))
+	}
+}
+
+// TestDurableReplayReadsBackAsRoomAllows: New on a backlog of 50 000
+// events (with OnSuccess registered, so messages are needed) holds no more
+// of them in memory than QueueCapacity and the batches in flight allow,
+// and decodes none up front: the rest stays on disk (Stats.OnDisk) until
+// room frees.
+func TestDurableReplayReadsBackAsRoomAllows(t *testing.T) {
+	const backlog, capacity = 50_000, 1000
+	dir := t.TempDir()
+	c1 := newTestClient(t, newFakeAPI(sequence(reply{status: 503})), nil,
+		WithDiskBuffer(dir), WithQueueCapacity(capacity))
+	for i := range backlog {
+		mustTrack(t, c1, fmt.Sprintf("a%05d", i))
+	}
+	_ = closeClient(t, c1, 20*time.Millisecond)
+
+	t0 := time.Now()
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	api := newFakeAPI(sequence(reply{hold: time.Hour}))
+	cb := &callbacks{}
+	c2 := newTestClient(t, api, cb, append(cb.options(), WithDiskBuffer(dir), WithQueueCapacity(capacity))...)
+	for c2.Stats().OnDisk > backlog-capacity-DefaultConsumers*DefaultFlushAt && time.Since(t0) < 5*time.Second {
+		time.Sleep(time.Millisecond) // until every consumer holds a batch and memory is full
+	}
+	time.Sleep(50 * time.Millisecond) // a reader that loads past its room would do so now
+	runtime.GC()
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	st := c2.Stats()
+	if want := int64(backlog - capacity - DefaultConsumers*DefaultFlushAt); st.OnDisk != want || st.Replayed != backlog {
+		t.Errorf("after New: %d of %d replayed events on disk only, want %d", st.OnDisk, st.Replayed, want)
+	}
+	grew := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	if grew > 8<<20 {
+		t.Errorf("the heap grew by %d MiB with %d events in memory", grew>>20, capacity+DefaultConsumers*DefaultFlushAt)
+	}
+	t.Logf("heap +%d KiB, %d events on disk only", grew>>10, st.OnDisk)
+	_ = closeClient(t, c2, 20*time.Millisecond)
+}
+
+// TestDurableCloseLeavesUnreadOnDisk: Close's deadline hands back the
+// events in memory through OnError (Kept) and leaves those on disk only
+// where they are, without a callback; its error counts both. The audit
+// checks the rest: every accepted event handed back once, and the
+// directory holding exactly the handed-back events, those without a
+// callback being Stats.OnDisk.
+func TestDurableCloseLeavesUnreadOnDisk(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cb := &callbacks{}
+		c := newTestClient(t, newFakeAPI(sequence(reply{hold: time.Hour})), cb,
+			append(cb.options(), WithDiskBuffer(t.TempDir()), WithQueueCapacity(10), WithFlushAt(5), WithConsumers(1))...)
+		for i := range 100 {
+			mustTrack(t, c, fmt.Sprintf("m%03d", i))
+		}
+		synctest.Wait() // one batch in flight, 10 in memory, the rest on disk only
+		err := closeClient(t, c, 10*time.Millisecond)
+		if !errors.Is(err, ErrShutdownInterrupted) || !strings.Contains(err.Error(), "100 event(s) handed back (kept in the disk buffer; 85 of them never left it and got no callback)") {
+			t.Fatalf("Close: %v", err)
+		}
+		inCallbacks := 0
+		for _, e := range cb.errors() {
+			inCallbacks += len(e.msgs)
+		}
+		if inCallbacks != 15 || c.Stats().OnDisk != 85 {
+			t.Fatalf("%d events in hand-back callbacks, want 15; %d left on disk only, want 85", inCallbacks, c.Stats().OnDisk)
+		}
+	})
+}
+
+// TestDurableOverwrittenWhileReadingBack: a segment of this client's own
+// overwritten on disk while its events wait there (another process wrote
+// into the directory) never hangs Flush: the reader skips the rest of the
+// segment, and the events it can no longer account for are failed
+// (Stats.Failed, an error log line), so every accepted event still has one
+// outcome.
+func TestDurableOverwrittenWhileReadingBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		api := newFakeAPI(sequence(reply{hold: time.Second, status: 200}, reply{status: 200}))
+		c := newTestClient(t, api, nil, WithDiskBuffer(dir), WithQueueCapacity(10), WithFlushAt(5), WithConsumers(1),
+			noAudit("the test overwrites a segment: the directory keeps records no outcome accounts for"))
+		for i := range 100 {
+			mustTrack(t, c, fmt.Sprintf("m%03d", i))
+		}
+		synctest.Wait()
+		segs := segments(t, dir)
+		f, err := os.OpenFile(segs[len(segs)-1], os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt(bytes.Repeat([]byte{0xff}, 64), 6000); err != nil { // past the events in memory
+			t.Fatal(err)
+		}
+		f.Close()
+		if err := flush(t, c, time.Minute); err != nil {
+			t.Fatalf("Flush: %v", err)
+		}
+		st := c.Stats()
+		if st.Delivered+st.Failed != 100 || st.Failed == 0 || st.OnDisk != 0 || st.Pending != 0 {
+			t.Fatalf("stats %+v", st)
+		}
+		t.Logf("delivered %d, failed %d", st.Delivered, st.Failed)
+		_ = closeClient(t, c, time.Second)
+	})
+}

@@ -1,0 +1,353 @@
+package diskbuf
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+)
+
+// Reader reads events back from the log in log order: first the events
+// Open found without an acknowledgement (the offsets it listed, segment by
+// segment), then every event appended from the position given to Seek
+// (every record of the segments created since Open). It reads with
+// pread(2) on a descriptor of its own and takes the log's mutex only to
+// look up a segment and how far it is written, never across I/O, so
+// appends go on while it reads. One goroutine at a time may use it.
+//
+// A segment holding an event not read back yet is never reclaimed: the
+// event has no acknowledgement.
+type Reader struct {
+	l    *Log
+	seq  uint64 // the segment being read (or the first after it that is present)
+	off  int64  // next offset in a segment created since Open
+	ri   int    // next index into an old segment's replay list
+	f    *os.File
+	fseq uint64
+	buf  []byte
+	avg  int // bytes per record read so far, to size reads
+}
+
+// ErrBadRecord is returned by Reader.Next for a record of this Log's own
+// that no longer has a valid checksum (the file was changed by someone
+// else): the rest of its segment is skipped.
+var ErrBadRecord = errors.New("diskbuf: invalid record")
+
+// readChunk is the most the Reader reads from a segment with one pread;
+// a read is sized for the events asked for (at least minChunk), so a
+// reader asked for a batch's worth holds a buffer of about a batch.
+const (
+	readChunk = 256 << 10
+	minChunk  = 16 << 10
+)
+
+// chunk is the size of a read for limit events.
+func (r *Reader) chunk(limit int) int {
+	avg := r.avg
+	if avg == 0 {
+		avg = 512
+	}
+	return min(readChunk, max(minChunk, limit*avg+avg))
+}
+
+// learn updates the bytes per record from a read of n records of bytes.
+func (r *Reader) learn(n, bytes int) {
+	if n > 0 {
+		r.avg = (r.avg + (bytes+n*(headerSize+1))/n + 1) / 2
+	}
+}
+
+// Reader returns the log's reader, positioned at the oldest event Open
+// found (or at the first segment created since, if there was none).
+func (l *Log) Reader() *Reader { return l.reader }
+
+// Seek makes (s, off) the next event Next returns: an event appended by
+// this Log. The events before it must all have been read back, or not be
+// meant to be.
+func (r *Reader) Seek(s *Segment, off uint32) {
+	r.seq, r.off, r.ri = s.seq, int64(off), 0
+}
+
+// segmentFrom returns the present segment with the smallest number ≥ seq,
+// its written size and whether it is sealed.
+func (l *Log) segmentFrom(seq uint64) (*Segment, int64, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	i, _ := slices.BinarySearchFunc(l.segs, seq, func(s *Segment, seq uint64) int {
+		switch {
+		case s.seq < seq:
+			return -1
+		case s.seq > seq:
+			return 1
+		}
+		return 0
+	})
+	if i == len(l.segs) {
+		return nil, 0, false
+	}
+	s := l.segs[i]
+	return s, s.size, s.sealed
+}
+
+// Next returns up to max events (and about maxBytes of them, at least one)
+// from the reader's position, oldest first, and advances past them. It
+// returns fewer, or none, when it reaches the end of what was written. The
+// events' Data are copies of their own. lost counts events that could not
+// be read back although Open found them (the file changed since, or an
+// I/O error cut a segment short): each had its record and is gone; they
+// are skipped (their segment's live count drops, as an acknowledgement
+// would) and the error, if any, is returned with what was read.
+func (r *Reader) Next(limit, maxBytes int) (recs []Replayed, lost int, err error) {
+	bytes := 0
+	for len(recs) < limit && bytes < maxBytes {
+		s, size, sealed := r.l.segmentFrom(r.seq)
+		if s == nil {
+			break
+		}
+		if s.seq != r.seq { // the one before is gone or done: start this one
+			r.seq, r.off, r.ri = s.seq, fileHeaderSize, 0
+		}
+		var got []Replayed
+		var n int
+		if s.old {
+			got, n, err = r.readOld(s, limit-len(recs), maxBytes-bytes)
+		} else {
+			got, err = r.readNew(s, size, limit-len(recs), maxBytes-bytes)
+		}
+		lost += n
+		for _, g := range got {
+			bytes += len(g.Data)
+		}
+		recs = append(recs, got...)
+		if err != nil {
+			switch {
+			case s.old:
+				// What is left of its list cannot be read: lost.
+				lost += r.dropOld(s)
+				r.next()
+			case errors.Is(err, ErrBadRecord):
+				r.next() // where the next record starts is unknown
+			default:
+				r.closeFile() // an I/O error: tried again at the next call
+			}
+			return recs, lost, err
+		}
+		if len(got) == 0 && n == 0 {
+			// Nothing more in this segment: move on if it is complete.
+			if !s.old && !sealed {
+				break // the active segment: caught up with the writer
+			}
+			r.next()
+		}
+	}
+	return recs, lost, nil
+}
+
+// next moves to the following segment.
+func (r *Reader) next() {
+	r.seq, r.off, r.ri = r.seq+1, fileHeaderSize, 0
+	r.closeFile()
+}
+
+func (r *Reader) closeFile() {
+	if r.f != nil {
+		r.f.Close()
+		r.f, r.fseq = nil, 0
+	}
+}
+
+// Idle drops the reader's buffer (a read allocates a new one): for a
+// reader that waits, so that an idle reader holds no memory.
+func (r *Reader) Idle() { r.buf = nil }
+
+// Close releases the reader's descriptor; the reader's user calls it
+// (a later Next opens it again).
+func (r *Reader) Close() { r.closeFile() }
+
+func (r *Reader) file(s *Segment) (*os.File, error) {
+	if r.f != nil && r.fseq == s.seq {
+		return r.f, nil
+	}
+	r.closeFile()
+	f, err := openRegular(s.path, os.O_RDONLY)
+	if err != nil {
+		return nil, err
+	}
+	r.f, r.fseq = f, s.seq
+	return f, nil
+}
+
+// read fills r.buf with up to n bytes of s from off; it returns the bytes
+// read (fewer at the end of the file).
+func (r *Reader) read(s *Segment, off int64, n int) ([]byte, error) {
+	f, err := r.file(s)
+	if err != nil {
+		return nil, err
+	}
+	if cap(r.buf) < n {
+		r.buf = make([]byte, n)
+	}
+	b := r.buf[:n]
+	m, err := f.ReadAt(b, off)
+	if m == n || (m > 0 && errors.Is(err, io.EOF)) {
+		err = nil
+	}
+	return b[:m], err
+}
+
+// record returns the length of the whole record at b's start (header and
+// body) when b holds all of it and its checksum matches, need > 0 when b
+// holds only part of it (the bytes the whole record takes), and ok false
+// with need 0 when it is not a valid record.
+func record(b []byte, budget *int) (n, need int, ok bool) {
+	if len(b) < headerSize {
+		return 0, headerSize, false
+	}
+	l := int(binary.LittleEndian.Uint32(b))
+	if l == 0 || l > MaxRecord {
+		return 0, 0, false
+	}
+	if len(b) < headerSize+l {
+		return 0, headerSize + l, false
+	}
+	n, ok = valid(b[:headerSize+l], segKinds, budget)
+	return n, 0, ok
+}
+
+// readNew reads the records of a segment written by this Log, from r.off
+// up to size (what is written of it now).
+func (r *Reader) readNew(s *Segment, size int64, limit, maxBytes int) ([]Replayed, error) {
+	if r.off >= size {
+		return nil, nil
+	}
+	want := int(min(size-r.off, int64(r.chunk(limit))))
+	b, err := r.read(s, r.off, want)
+	if err != nil {
+		return nil, err
+	}
+	var out []Replayed
+	pos, bytes := 0, 0
+	for pos < len(b) && len(out) < limit && bytes < maxBytes {
+		budget := MaxRecord
+		n, need, ok := record(b[pos:], &budget)
+		if need > 0 && pos == 0 && int64(need) <= size-r.off {
+			// A record larger than the chunk: read it whole.
+			if b, err = r.read(s, r.off, need); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if need > 0 {
+			break // the rest in the next read
+		}
+		if !ok {
+			own(out, bytes)
+			return out, fmt.Errorf("%w in %s at offset %d", ErrBadRecord, s.path, r.off+int64(pos))
+		}
+		body := b[pos+headerSize+1 : pos+n]
+		out = append(out, Replayed{Seg: s, Off: uint32(r.off) + uint32(pos), Data: body})
+		bytes += len(body)
+		pos += n
+	}
+	r.off += int64(pos)
+	own(out, bytes)
+	r.learn(len(out), bytes)
+	return out, nil
+}
+
+// own copies the events' Data (in the read buffer) into one allocation
+// of exactly their size, so an event kept in memory holds no more than
+// the events read with it.
+func own(out []Replayed, bytes int) {
+	data := make([]byte, 0, bytes)
+	for i := range out {
+		at := len(data)
+		data = append(data, out[i].Data...)
+		out[i].Data = data[at:len(data):len(data)]
+	}
+}
+
+// readOld reads the listed events of a segment Open found. A listed
+// offset that no longer holds a valid record is counted in lost (and the
+// segment's live count drops, so it can be reclaimed).
+func (r *Reader) readOld(s *Segment, limit, maxBytes int) (out []Replayed, lost int, err error) {
+	if r.ri >= len(s.replay) {
+		s.replay = nil // read: no longer needed
+		return nil, 0, nil
+	}
+	start := int64(s.replay[r.ri])
+	chunk := r.chunk(limit)
+	b, err := r.read(s, start, chunk)
+	if err != nil {
+		return nil, 0, err
+	}
+	bytes := 0
+	for r.ri < len(s.replay) && len(out) < limit && bytes < maxBytes {
+		off := int64(s.replay[r.ri])
+		pos := int(off - start)
+		if pos >= len(b) && len(b) == chunk {
+			break // in the next read
+		}
+		budget := MaxRecord
+		n, need, ok := 0, 0, false
+		if pos < len(b) {
+			n, need, ok = record(b[pos:], &budget)
+		}
+		if need > 0 && len(b) == chunk {
+			if pos > 0 {
+				break // in the next read, from its start
+			}
+			// A record larger than a chunk: read it whole.
+			if b, err = r.read(s, off, need); err != nil {
+				return out, lost, err
+			}
+			budget = MaxRecord
+			n, _, ok = record(b, &budget)
+		}
+		r.ri++
+		if !ok {
+			lost++
+			r.lose(s, 1)
+			r.l.errorf("diskbuf: the event at offset %d of %s can no longer be read (the file changed since it was opened): it is lost", off, s.path)
+			continue
+		}
+		body := b[pos+headerSize+1 : pos+n]
+		out = append(out, Replayed{Seg: s, Off: uint32(off), Data: body, Old: true})
+		bytes += len(body)
+	}
+	own(out, bytes)
+	r.learn(len(out), bytes)
+	return out, lost, nil
+}
+
+// lose drops n events of s that cannot be read back, as their
+// acknowledgement would.
+func (r *Reader) lose(s *Segment, n int) {
+	if s.live.Add(-int64(n)) <= 0 {
+		r.l.poke()
+	}
+}
+
+// dropOld counts the events of s's list not read yet as lost.
+func (r *Reader) dropOld(s *Segment) int {
+	n := len(s.replay) - r.ri
+	if n > 0 {
+		r.lose(s, n)
+		r.l.errorf("diskbuf: %d event(s) of %s can no longer be read: they are lost", n, s.path)
+	}
+	s.replay = nil
+	return max(n, 0)
+}
+
+// AtEnd reports whether the reader has read everything written so far:
+// it is at the end of the active segment (or no segment is left after
+// its position).
+func (r *Reader) AtEnd() bool {
+	s, size, sealed := r.l.segmentFrom(r.seq)
+	if s == nil {
+		return true
+	}
+	return s.seq == r.seq && !s.old && !sealed && r.off >= size
+}

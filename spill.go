@@ -1,0 +1,303 @@
+package analytics
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// In durable mode the disk is the buffer (docs/durable.md, "Capacity";
+// docs/delivery.md R70): QueueCapacity bounds the events held in memory,
+// and the disk limit bounds what is accepted. An enqueue call appends the
+// event to the log and queues it in memory if there is room; otherwise the
+// event stays on disk only ("spilled") and the reader below loads it into
+// the queue, oldest first, as batches leave. Replay at New is the same
+// thing: the events an earlier client left are on disk only until read.
+//
+// Order: once an event is spilled, every later one is spilled too until
+// the reader has caught up, so the queue receives the events in log
+// order, which is acceptance order (replayed events first). The enqueue
+// call holds durable.mu across its append and that decision; the reader
+// takes durable.mu only to hand what it read to the queue, never across
+// I/O.
+
+// epochRun is a run of spilled events accepted in the same ledger epoch.
+type epochRun struct {
+	epoch uint64
+	n     int64
+}
+
+// readBatch bounds the events the reader loads at once.
+const readBatch = 2048
+
+// readRetry is how long the reader waits after a read error.
+const readRetry = 100 * time.Millisecond
+
+// readerIdle is how long the reader waits with nothing to load before it
+// drops its read buffer.
+const readerIdle = 100 * time.Millisecond
+
+// readerStopWait bounds how long Close waits for a read in progress.
+const readerStopWait = 100 * time.Millisecond
+
+// acceptDurable is accept in durable mode: it appends the event's JSON to
+// the log (written to the OS before the call returns), then queues it in
+// memory, or leaves it on disk only when memory is full or events are
+// already on disk only. With wait (EnqueueContext) it waits for disk space
+// when the disk limit is reached; it never waits while the disk has room.
+func (c *Client) acceptDurable(ctx context.Context, wait bool, sc *scratch, withCopy Message) error {
+	d := c.disk
+	for {
+		var freed <-chan struct{}
+		if wait {
+			freed = d.log.Freed() // before the append: a reclaim after it is not missed
+		}
+		err := c.acceptDurableOnce(sc, withCopy)
+		if !wait || !errors.Is(err, ErrQueueFull) {
+			return err
+		}
+		select {
+		case <-freed:
+		case <-d.readStop: // Close
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %w", err, ctx.Err())
+		}
+		if c.closed.Load() {
+			return ErrClosed
+		}
+	}
+}
+
+func (c *Client) acceptDurableOnce(sc *scratch, withCopy Message) error {
+	d := c.disk
+	q := c.q
+	data := sc.enc.buf
+	var ev event
+	d.mu.Lock()
+	if err := d.append(&ev, data); err != nil {
+		d.mu.Unlock()
+		return err
+	}
+	if !d.spilling && !q.places.full() {
+		ev.data, ev.slab = sc.copyToSlab(data)
+		ev.msg = withCopy
+		err := q.push(ev)
+		if err != ErrQueueFull {
+			d.mu.Unlock()
+			if err != nil {
+				d.ack([]event{ev}) // not accepted: not replayed either
+				releaseEvents([]event{ev})
+			}
+			return err
+		}
+		releaseEvents([]event{ev}) // on disk only: the copy is not needed
+		ev.data, ev.msg = nil, nil
+	}
+	if !d.spilling {
+		d.spilling = true
+		d.log.Reader().Seek(ev.seg, ev.off)
+	}
+	epoch, err := q.account(1)
+	if err != nil {
+		d.spilling = d.onDisk > 0
+		d.mu.Unlock()
+		d.ack([]event{ev})
+		return err
+	}
+	d.addRunLocked(epoch, 1)
+	d.mu.Unlock()
+	d.spilled.Add(1)
+	signal(d.wake)
+	return nil
+}
+
+// addRunLocked counts n events on disk only, of ledger epoch; d.mu is held.
+func (d *durable) addRunLocked(epoch uint64, n int64) {
+	if k := len(d.runs); k > 0 && d.runs[k-1].epoch == epoch {
+		d.runs[k-1].n += n
+	} else {
+		d.runs = append(d.runs, epochRun{epoch, n})
+	}
+	d.onDisk += n
+	d.onDiskNow.Store(d.onDisk)
+}
+
+// takeRunsLocked removes the epochs of the n oldest events on disk only
+// and calls f for each run of them (k events of epoch); d.mu is held.
+func (d *durable) takeRunsLocked(n int64, f func(epoch uint64, k int64)) {
+	for n > 0 && len(d.runs) > 0 {
+		r := &d.runs[0]
+		k := min(n, r.n)
+		f(r.epoch, k)
+		r.n -= k
+		n -= k
+		d.onDisk -= k
+		if r.n == 0 {
+			d.runs = d.runs[1:]
+			if len(d.runs) == 0 {
+				d.runs = nil // let the backing array go
+			}
+		}
+	}
+	d.onDiskNow.Store(d.onDisk)
+	if d.onDisk == 0 {
+		d.spilling = false // caught up: new events go to memory again
+	}
+}
+
+// startReader starts the reader; the events replayed from disk (n) are
+// accepted already and counted in the ledger now.
+func (d *durable) startReader(q *queue, settle *settler, replay int) {
+	d.q, d.settle = q, settle
+	if replay > 0 {
+		epoch, _ := q.account(replay)
+		d.mu.Lock()
+		d.spilling = true
+		d.addRunLocked(epoch, int64(replay))
+		d.mu.Unlock()
+		signal(d.wake)
+	}
+	q.places.freed = d.wake
+	go d.readBack()
+}
+
+// readBack loads events on disk only into the queue as room frees, until
+// stopReader. It runs on a goroutine of its own.
+func (d *durable) readBack() {
+	defer close(d.readDone)
+	defer d.log.Reader().Close()
+	q := d.q
+	idle := time.NewTimer(readerIdle)
+	defer idle.Stop()
+	for {
+		select {
+		case <-d.readStop:
+			return
+		case <-idle.C:
+			d.log.Reader().Idle() // waiting for a while: no buffer held
+			continue
+		case <-d.wake:
+		}
+		for d.loadSome(q) {
+			select {
+			case <-d.readStop:
+				return
+			default:
+			}
+		}
+		idle.Reset(readerIdle)
+	}
+}
+
+// loadSome loads one read's worth of events if memory has room for a
+// useful amount; it reports whether to try again at once.
+func (d *durable) loadSome(q *queue) bool {
+	d.mu.Lock()
+	n := d.onDisk
+	d.mu.Unlock()
+	free := q.places.limit - q.places.held.Load()
+	if n == 0 || free <= 0 || free < min(n, q.places.wakeAt) {
+		return false
+	}
+	recs, lost, err := d.log.Reader().Next(int(min(free, n, readBatch)), 4<<20)
+	if err != nil && !d.readFailing {
+		// Logged once per run of failures (retried every readRetry).
+		d.zlog.Error("disk buffer: reading events back failed", zap.String("dir", d.dir), zap.Error(err))
+	}
+	d.readFailing = err != nil
+	evs := make([]event, 0, len(recs))
+	var notEvents []event
+	for _, r := range recs {
+		ev := event{data: r.Data, seg: r.Seg, off: r.Off}
+		if r.Old && !json.Valid(r.Data) {
+			// A record with a valid checksum that is not an event: skipped,
+			// counted and acknowledged, never sent.
+			notEvents = append(notEvents, ev)
+			continue
+		}
+		evs = append(evs, ev)
+	}
+	if len(notEvents) > 0 {
+		d.skipped.Add(int64(len(notEvents)))
+		d.replayed.Add(-int64(len(notEvents)))
+		d.zlog.Warn("disk buffer: skipped records that are not events", zap.Int("records", len(notEvents)))
+		d.ack(notEvents)
+	}
+	if lost > 0 {
+		d.lost.Add(int64(lost))
+		d.replayed.Add(-int64(lost))
+	}
+	// The records come in log order, which is the order of the runs; the
+	// events that are not queued (not events, lost) were counted in the
+	// ledger too and are discharged. Which of them is where in the order
+	// does not matter to the ledger, only the number per epoch.
+	var gone []epochRun
+	d.mu.Lock()
+	if d.readerDone {
+		// Close took what is on disk only as kept while this read ran
+		// (a slow disk): what it read stays there, unacknowledged.
+		d.mu.Unlock()
+		return false
+	}
+	i := int64(0)
+	d.takeRunsLocked(int64(len(recs)+lost), func(epoch uint64, k int64) {
+		for ; k > 0 && i < int64(len(evs)); k-- {
+			evs[i].epoch = epoch
+			i++
+		}
+		if k > 0 {
+			gone = append(gone, epochRun{epoch, k})
+		}
+	})
+	q.load(evs)
+	stuck := len(recs) == 0 && lost == 0 && err == nil && d.onDisk > 0 && d.log.Reader().AtEnd()
+	if stuck {
+		// The reader is at the end of the log, yet events are counted on
+		// disk only: their records cannot be read (the file was changed by
+		// someone else). They are failed, so that accounting ends.
+		k := d.onDisk
+		d.takeRunsLocked(k, func(epoch uint64, k int64) { gone = append(gone, epochRun{epoch, k}) })
+		d.zlog.Error("disk buffer: events could not be read back from disk; they are lost", zap.Int64("events", k))
+		d.settle.stats.failed.Add(k)
+	}
+	d.mu.Unlock()
+	q.dischargeRuns(gone)
+	if err != nil && len(recs) == 0 && lost == 0 {
+		select {
+		case <-d.readStop:
+		case <-time.After(readRetry):
+		}
+		return true
+	}
+	return len(recs)+lost > 0
+}
+
+// stopReader stops the reader and hands back what is still on disk only
+// (Close): those events stay in the log for the next client, get no
+// callback, and are counted as handed back (Stats.HandedBack, Close's
+// error) and in Stats.OnDisk. It returns their number.
+func (d *durable) stopReader() int64 {
+	close(d.readStop)
+	select {
+	case <-d.readDone:
+	case <-time.After(readerStopWait):
+		// A read stalled by the file system: Close does not wait for it;
+		// the reader hands nothing over once readerDone is set.
+	}
+	d.mu.Lock()
+	n, runs := d.onDisk, d.runs
+	d.runs, d.onDisk, d.spilling, d.readerDone = nil, 0, false, true
+	d.mu.Unlock()
+	d.onDiskNow.Store(n) // what Close left on disk
+	if n > 0 {
+		d.settle.stats.handedBack.Add(n)
+		d.zlog.Info("events kept in the disk buffer without being read back; they get no callback",
+			zap.Int64("events", n), zap.String("dir", d.dir))
+		d.q.dischargeRuns(runs)
+	}
+	return n
+}
