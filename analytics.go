@@ -100,7 +100,7 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 	places.markAt(highWaterMark(s.Consumers, s.FlushAt))
 	q := newQueue(places, s.FlushAt, batchEventBytes-len(s.compat.BodyFields), s.FlushInterval)
 	q.perEvent = eventSentAtExtra(s.EventSentAt) // R45 with R59
-	q.markBytesFor(s.Consumers)                  // R71: a full batch for every consumer
+	q.markBytesFor(markBatches(s.Consumers))     // R71, in bytes
 	lim := newLimits(q, s.writeKey)
 	cfg := s.Config
 	cfg.Endpoint = redactURL(cfg.Endpoint) // safe in every form: %+v, JSON, slog, zap.Any
@@ -202,10 +202,11 @@ func (c *Client) Enqueue(m Message) error { return c.dispatch(context.Background
 // EnqueueContext is the blocking mode, for backfills and batch jobs that
 // must not drop: when the queue is full it waits for room until ctx ends,
 // then returns an error matching both ErrQueueFull and ctx.Err(). It also
-// waits while a batch is queued for every consumer (Consumers × FlushAt
-// events not yet taken, at most QueueCapacity, or more bytes than Consumers
-// full batches carry: R71), since more queued events would not be sent any
-// sooner; so a backfill holds about that many events, not QueueCapacity.
+// waits while a batch is queued for every other consumer (Consumers/2 ×
+// FlushAt events not yet taken, at least FlushAt and at most QueueCapacity,
+// or more bytes than that many full batches carry: R71), since more queued
+// events would not be sent any sooner; so a backfill holds about that many
+// events, not QueueCapacity.
 // Blocked callers go on in the order they came, woken when a batch's worth
 // of room is free. In durable mode (WithDiskBuffer) a full memory is no
 // reason to wait, since the event is kept on disk: it waits only at the

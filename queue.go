@@ -443,8 +443,12 @@ func (c *capacity) markAt(events int) {
 }
 
 // highWaterMark is the high-water mark R71 sets for a client with these
-// settings: a batch ready for every consumer (bounded by QueueCapacity).
-func highWaterMark(consumers, flushAt int) int { return consumers * flushAt }
+// settings: a batch ready for every other consumer, and at least one
+// (bounded by QueueCapacity, see markAt).
+func highWaterMark(consumers, flushAt int) int { return markBatches(consumers) * flushAt }
+
+// markBatches is how many full batches the high-water mark holds (R71).
+func markBatches(consumers int) int { return max(1, consumers/2) }
 
 // reserve takes one place if the limit allows it, for an event that is
 // queued next (Track and Enqueue).

@@ -282,7 +282,7 @@ func TestBlockedProducersWakeForABatchInLineOrder(t *testing.T) {
 // Several producers blocked in EnqueueContext share the room fairly: each
 // is given places in turn, none runs ahead of another by more than a
 // batch, and everything arrives: when QueueCapacity (2) holds them, and
-// when the high-water mark of queued events (R71: 1 × 3) does and
+// when the high-water mark of queued events (R71: FlushAt, 3) does and
 // QueueCapacity (1000) has room.
 func TestBlockedProducersAreServedFairly(t *testing.T) {
 	for _, capacity := range []int{2, 1000} {
@@ -337,7 +337,7 @@ func blockedProducersAreServedFairly(t *testing.T, capacity int) {
 }
 
 // R71: EnqueueContext waits at the high-water mark of queued events
-// (Consumers × FlushAt, here 1 × 4) although QueueCapacity has plenty of
+// (Consumers / 2 × FlushAt, at least FlushAt: here 4) although QueueCapacity has plenty of
 // room, and goes on once a batch is taken. Non-blocking Track is held only
 // by QueueCapacity (R43).
 func TestEnqueueContextWaitsAtTheHighWaterMark(t *testing.T) {
@@ -380,7 +380,7 @@ func TestEnqueueContextWaitsAtTheHighWaterMark(t *testing.T) {
 
 // R71 in bytes: with large events EnqueueContext waits once the queued
 // events weigh more than a full batch for every consumer (here one: 475 000
-// bytes), though far fewer than Consumers × FlushAt events are queued and
+// bytes), though far fewer than FlushAt events are queued and
 // QueueCapacity has room; it goes on when the next batch is taken.
 func TestEnqueueContextWaitsAtTheHighWaterMarkInBytes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
