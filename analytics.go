@@ -295,6 +295,7 @@ func (c *Client) Close(ctx context.Context) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	c.endRetries() // before the queue closes: a batch it lets go at once is not retried (compat.go)
 	if !c.q.close() {
 		return ErrClosed
 	}

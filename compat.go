@@ -56,15 +56,23 @@ func (p retryPolicy) stopped() bool {
 	return p.stop != nil && p.stop.Load()
 }
 
-// fastClose starts Close without retries (shared.Compat FastClose): every
-// batch waiting in the room is due now, the gate opens, and consumers fail
-// what would be retried.
-func (c *Client) fastClose() {
-	if c.stopRetries == nil {
-		return
+// endRetries ends retries when Close begins on a client with
+// shared.Compat FastClose: consumers fail what would be retried. Close
+// calls it before it closes the queue, so the open batch, which the queue
+// then lets go at once, fails instead of waiting for a retry.
+func (c *Client) endRetries() {
+	if c.stopRetries != nil {
+		c.stopRetries.Store(true)
 	}
-	c.stopRetries.Store(true)
-	c.room.dueNow(time.Now())
+}
+
+// fastClose goes on with a Close without retries (shared.Compat
+// FastClose; endRetries came first): every batch waiting in the room is
+// due now and the gate opens.
+func (c *Client) fastClose() {
+	if c.stopRetries != nil {
+		c.room.dueNow(time.Now())
+	}
 }
 
 // dueNow makes every waiting batch due at now and opens the gate, for a
