@@ -162,6 +162,13 @@ func (d *durable) startReader(q *queue, settle *settler, replay int) {
 		signal(d.wake)
 	}
 	q.places.freed = d.wake
+	if replay > 0 {
+		// The first read's worth is loaded before New returns, so a small
+		// backlog is in the queue ahead of the first new event and leaves
+		// with it in one batch, as a short-lived program expects; the rest
+		// follows as room frees.
+		d.loadSome(q)
+	}
 	go d.readBack()
 }
 
