@@ -26,6 +26,13 @@ const (
 	// while batches wait for a retry; a backfill through EnqueueContext
 	// holds far fewer (R71).
 	DefaultQueueCapacity = 30_000
+	// DefaultDurableQueueCapacity is the default QueueCapacity with
+	// WithDiskBuffer. There it bounds only the events held in memory: the
+	// disk holds what does not fit (R70), so memory needs only enough to
+	// keep the consumers busy. Measured in a 30 s outage at 20 000 ev/s:
+	// peak heap 17 MB at 10 000, 26 MB at 30 000, nothing rejected either
+	// way and the backlog delivered as fast. WithQueueCapacity overrides it.
+	DefaultDurableQueueCapacity = 10_000
 	// DefaultConsumers is the number of upload goroutines. They send
 	// batches concurrently; a batch waiting for a retry holds none of them
 	// (R29).
@@ -147,6 +154,7 @@ type settings struct {
 	onError       func(err error, events []Message)
 	oauth         *oauthSettings // WithOAuth; nil: Basic auth with the write key
 	disk          *diskSettings  // WithDiskBuffer; nil in memory mode
+	capacitySet   bool           // WithQueueCapacity was given (else durable mode takes DefaultDurableQueueCapacity)
 	errs          []error
 
 	defaultContext, defaultProperties map[string]any    // see defaults.go
@@ -193,15 +201,16 @@ func WithFlushInterval(d time.Duration) Option {
 }
 
 // WithQueueCapacity sets how many accepted events the client may hold
-// while they are not on the wire (default 30 000; from 1 to
-// MaxQueueCapacity): queued, in an open batch, or in a batch waiting in
+// while they are not on the wire (default 30 000, DefaultQueueCapacity;
+// with WithDiskBuffer 10 000 in memory, DefaultDurableQueueCapacity; from
+// 1 to MaxQueueCapacity): queued, in an open batch, or in a batch waiting in
 // the waiting room for a backoff or rate-limit retry. When that many are
 // held, enqueue calls return ErrQueueFull (EnqueueContext waits). Only
 // events in a request in flight do not count (R43, R44). A batch that has
 // to wait never causes ErrQueueFull itself, but it keeps its room, so
 // during an outage new events are rejected instead of memory growing.
 func WithQueueCapacity(n int) Option {
-	return optionFunc(func(s *settings) { s.QueueCapacity = n })
+	return optionFunc(func(s *settings) { s.QueueCapacity, s.capacitySet = n, true })
 }
 
 // WithConsumers sets the number of upload goroutines (default 8; from 1 to
@@ -358,6 +367,9 @@ func resolve(writeKey string, opts []Option) (settings, error) {
 			return s, invalid("Option", nil, "must not be nil")
 		}
 		o.apply(&s)
+	}
+	if s.disk != nil && !s.capacitySet {
+		s.QueueCapacity = DefaultDurableQueueCapacity // the disk is the buffer (R70)
 	}
 	if err := s.validate(); err != nil { // final values only
 		return s, err

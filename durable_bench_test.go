@@ -44,8 +44,9 @@ func benchTrackMode(b *testing.B, opts ...Option) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	cpu0, cpu := threadCPU(), time.Duration(0)
+	held := c.Config().QueueCapacity // memory mode's or durable mode's default
 	for i := 0; i < b.N; i++ {
-		if i%DefaultQueueCapacity == DefaultQueueCapacity-1 {
+		if i%held == held-1 {
 			b.StopTimer()
 			cpu += threadCPU() - cpu0
 			if c.disk != nil {

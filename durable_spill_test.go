@@ -10,6 +10,9 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestDurableCatchUp: a backlog left on disk is read back while new events
@@ -162,4 +165,44 @@ func TestDurableOverwrittenWhileReadingBack(t *testing.T) {
 		t.Logf("delivered %d, failed %d", st.Delivered, st.Failed)
 		_ = closeClient(t, c, time.Second)
 	})
+}
+
+// TestDurableDefaultCapacity: with WithDiskBuffer and no WithQueueCapacity,
+// memory holds DefaultDurableQueueCapacity events (the disk holds the
+// rest, R70), where memory mode holds DefaultQueueCapacity; an explicit
+// capacity is kept, before or after WithDiskBuffer. Against a server that
+// never answers, with one consumer holding its batch in flight, exactly
+// the events past the memory bound go to disk only.
+func TestDurableDefaultCapacity(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts func(dir string) []Option
+		want int
+	}{
+		{"default", func(dir string) []Option { return []Option{WithDiskBuffer(dir)} }, DefaultDurableQueueCapacity},
+		{"explicit-after", func(dir string) []Option { return []Option{WithDiskBuffer(dir), WithQueueCapacity(12_000)} }, 12_000},
+		{"explicit-before", func(dir string) []Option { return []Option{WithQueueCapacity(12_000), WithDiskBuffer(dir)} }, 12_000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				opts := append(tc.opts(t.TempDir()), WithConsumers(1), WithFlushAt(100))
+				c := newTestClient(t, newFakeAPI(sequence(reply{hold: time.Hour})), nil, opts...)
+				require.Equal(t, tc.want, c.Config().QueueCapacity)
+				const n = 20_000
+				for i := range n {
+					mustTrack(t, c, fmt.Sprintf("m%05d", i))
+				}
+				synctest.Wait() // one batch of 100 in flight, memory full, the rest on disk only
+				s := c.Stats()
+				assert.Zero(t, s.RejectedQueueFull)
+				assert.EqualValues(t, n-100-tc.want, s.OnDisk, "events on disk only")
+				_ = closeClient(t, c, 10*time.Millisecond)
+			})
+		})
+	}
+	c, err := New("wk", WithEndpoint("http://127.0.0.1:1"))
+	require.NoError(t, err)
+	auditLater(t, c, nil)
+	assert.Equal(t, DefaultQueueCapacity, c.Config().QueueCapacity, "memory mode")
+	require.NoError(t, closeClient(t, c, time.Second))
 }
