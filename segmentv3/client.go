@@ -35,8 +35,10 @@ type Client interface {
 
 	// Enqueue validates msg, fills in its Type, MessageId (a random UUID)
 	// and Timestamp (now, in UTC) when they are empty, and queues it for
-	// delivery. It waits while the queue is full, as v3 did; it does no
-	// I/O.
+	// delivery. It waits while the queue is full, as v3 did, and also
+	// while a batch per two consumers is queued and not yet taken (the
+	// engine's EnqueueContext mark, docs/delivery.md R71), so a backfill
+	// holds what it can send; it does no I/O.
 	//
 	// Enqueue first calls msg's Validate method, as v3 did, and returns its
 	// error. It returns an error for a nil message and for a type that is
