@@ -115,8 +115,8 @@ func (l *limits) tried(mine chan struct{}) {
 	close(mine)
 }
 
-// accepted records a body of size bytes (estimated, see size: estimate)
-// with n events answered 2xx.
+// accepted records a body answered 2xx: size bytes as sent, estimate as
+// size reckons it before sending, n events.
 func (l *limits) accepted(size, estimate, n int) {
 	raise(&l.acceptedEvents, n)
 	raise(&l.acceptedSize, estimate)
@@ -131,8 +131,8 @@ func (l *limits) accepted(size, estimate, n int) {
 	l.applyLocked()
 }
 
-// refusedSize records a body of size bytes (estimated: estimate)
-// answered 413 (R67).
+// refusedSize records a body answered 413 (R67): size bytes as sent,
+// estimate as size reckons it before sending.
 func (l *limits) refusedSize(size, estimate int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -209,6 +209,19 @@ func (l *limits) tooLarge(b *batch, perEvent int) bool {
 	return body > 0 && l.size(b, perEvent) > body
 }
 
+// pieces is how many pieces b, over a learned limit, is cut into before
+// it is sent (R67): the fewest whose events fit the body limit, each in a
+// frame of its own; two when only the event limit binds (the halves are
+// looked at again).
+func (l *limits) pieces(b *batch, perEvent int) int {
+	n := 2
+	if body := l.bodyLimit(); body > 0 {
+		room := max(body-l.frame, 1) // for the events of each piece
+		n = max(n, (l.size(b, perEvent)-l.frame+room-1)/room)
+	}
+	return min(n, len(b.events))
+}
+
 // isolation is the request budget of a batch being halved after a 400
 // (R66), shared by every piece of it.
 type isolation struct{ left atomic.Int64 }
@@ -275,14 +288,9 @@ func (w *consumer) fit(b *batch) bool {
 		return false
 	}
 	now := time.Now()
-	// The fewest pieces whose events fit, each in a frame of its own: the
-	// first is cut off here, the rest is looked at again when its turn
-	// comes (one piece fewer).
-	pieces := 2
-	if body := w.limits.bodyLimit(); body > 0 {
-		room := max(body-w.limits.frame, 1) // for events in each piece
-		pieces = min(max(pieces, (b.bytes+len(b.events)*w.q.perEvent+room-1)/room), len(b.events))
-	}
+	// The first piece is cut off here; the rest is looked at again when
+	// its turn comes (one piece fewer).
+	pieces := w.limits.pieces(b, w.q.perEvent)
 	w.log.Debug("batch over the learned limit: sending it in pieces", zap.Int("events", len(b.events)), zap.Int("pieces", pieces))
 	first, second := w.cutAt(b, cutPoint(b.events, b.bytes/pieces))
 	w.park(first, second, now, now)
