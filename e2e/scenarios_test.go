@@ -301,63 +301,6 @@ func TestS10TransportErrors(t *testing.T) {
 			expectOutcome(t, r, "s10a", outDelivered, "", 200)
 		})
 	})
-	t.Run("B-refused-then-listening", func(t *testing.T) {
-		t.Parallel()
-		retry(t, func(t testing.TB) {
-			addr, err := faultserver.ReserveAddr()
-			if err != nil {
-				t.Fatal(err)
-			}
-			in := input{
-				APIHost:   "http://" + addr,
-				Sequences: one(track("s10b")),
-				Config:    cfg("flushAt", 1),
-			}
-			// The listener starts 1.5 s after the CLI; until then connections
-			// are refused and leave no record, but they count as attempts.
-			var (
-				srv       *server
-				srvErr    error
-				listening bool
-				done      = make(chan struct{})
-			)
-			listen := func() {
-				listening = true
-				timer := time.NewTimer(1500 * time.Millisecond)
-				go func() {
-					defer close(done)
-					<-timer.C
-					for i := 0; i < 20; i++ { // the port may be briefly taken by another test
-						if srv, srvErr = startServer(addr, nil); srvErr == nil {
-							return
-						}
-						time.Sleep(25 * time.Millisecond)
-					}
-				}()
-			}
-			t.Cleanup(func() {
-				if listening {
-					<-done
-					if srv != nil {
-						srv.Close()
-					}
-				}
-			})
-			run := runCLI(t, in, runOptions{onStart: listen})
-			<-done
-			if srvErr != nil {
-				t.Fatalf("could not listen on %s: %v", addr, srvErr)
-			}
-			s := struct{ srv *server }{srv}
-			r := &result{cliRun: run, srv: s.srv, reqs: s.srv.settled(t)}
-			checkInvariants(t, r, invOptions{unseenAttempts: true})
-			need(t, r.reqs, 1)
-			if v := r.reqs[0].Header.Get("X-Retry-Count"); v == "" || v == "0" {
-				timingf(t, "first request the server saw has X-Retry-Count %q, want ≥ 1 (refused attempts count)", v)
-			}
-			expectOutcome(t, r, "s10b", outDelivered, "", 200)
-		})
-	})
 	t.Run("C-truncated-500", func(t *testing.T) {
 		t.Parallel()
 		retry(t, func(t testing.TB) {
@@ -372,6 +315,69 @@ func TestS10TransportErrors(t *testing.T) {
 			expectGaps(t, r.reqs, W(1))
 			expectOutcome(t, r, "s10c", outDelivered, "", 200)
 		})
+	})
+}
+
+// S10 B — connections refused, then a listener (R14, R16). Not parallel:
+// the test frees a port and listens on it again 1.5 s later, and a
+// parallel test's server could take the port meanwhile and receive this
+// client's retries (seen in CI: "bind: address already in use", and the
+// other test's server saw s10b). Sequential tests run before the parallel
+// ones resume, so no other server of this package is starting then.
+func TestS10BRefusedThenListening(t *testing.T) {
+	retry(t, func(t testing.TB) {
+		addr, err := faultserver.ReserveAddr()
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := input{
+			APIHost:   "http://" + addr,
+			Sequences: one(track("s10b")),
+			Config:    cfg("flushAt", 1),
+		}
+		// The listener starts 1.5 s after the CLI; until then connections
+		// are refused and leave no record, but they count as attempts.
+		var (
+			srv       *server
+			srvErr    error
+			listening bool
+			done      = make(chan struct{})
+		)
+		listen := func() {
+			listening = true
+			timer := time.NewTimer(1500 * time.Millisecond)
+			go func() {
+				defer close(done)
+				<-timer.C
+				for i := 0; i < 20; i++ { // the port may be briefly taken by another test
+					if srv, srvErr = startServer(addr, nil); srvErr == nil {
+						return
+					}
+					time.Sleep(25 * time.Millisecond)
+				}
+			}()
+		}
+		t.Cleanup(func() {
+			if listening {
+				<-done
+				if srv != nil {
+					srv.Close()
+				}
+			}
+		})
+		run := runCLI(t, in, runOptions{onStart: listen})
+		<-done
+		if srvErr != nil {
+			t.Fatalf("could not listen on %s: %v", addr, srvErr)
+		}
+		s := struct{ srv *server }{srv}
+		r := &result{cliRun: run, srv: s.srv, reqs: s.srv.settled(t)}
+		checkInvariants(t, r, invOptions{unseenAttempts: true})
+		need(t, r.reqs, 1)
+		if v := r.reqs[0].Header.Get("X-Retry-Count"); v == "" || v == "0" {
+			timingf(t, "first request the server saw has X-Retry-Count %q, want ≥ 1 (refused attempts count)", v)
+		}
+		expectOutcome(t, r, "s10b", outDelivered, "", 200)
 	})
 }
 
