@@ -392,10 +392,10 @@ func newClient(ctx context.Context, sdk, endpoint string, drain bool, lg *ledger
 			idle:    tr.idle,
 			pending: func(acc int64) int64 { return acc - cnt.ok.Load() - cnt.failed.Load() },
 		}, nil
-	case "floor":
-		return newFloorClient(endpoint), nil // floor.go
+	case "floor", "floor-http":
+		return newFloorClient(endpoint, sdk == "floor-http"), nil // floor.go
 	}
-	return nil, fmt.Errorf("unknown -sdk %q (ours, ours-block, ours-durable, segment, posthog, floor)", sdk)
+	return nil, fmt.Errorf("unknown -sdk %q (ours, ours-block, ours-durable, segment, posthog, floor, floor-http)", sdk)
 }
 
 // writeHeapProfile writes the live heap (after a GC) to path: what the
@@ -428,7 +428,7 @@ func closeWithDeadline(closeFn func() error) func(context.Context) error {
 }
 
 func main() {
-	sdk := flag.String("sdk", "ours", "SDK: ours, ours-block, ours-durable, segment, posthog, floor (no SDK: the HTTP exchange and a minimal encoder)")
+	sdk := flag.String("sdk", "ours", "SDK: ours, ours-block, ours-durable, segment, posthog, floor (no SDK: the HTTP exchange and a minimal encoder), floor-http (the HTTP exchange alone)")
 	n := flag.Int("n", 200000, "number of track calls")
 	endpoint := flag.String("endpoint", "", "sink base URL, e.g. http://127.0.0.1:8080")
 	statsURL := flag.String("stats", "", "sink stats URL (default <endpoint>/stats; \"-\" to skip)")
