@@ -417,7 +417,7 @@ func appendString(b []byte, s string) []byte {
 	}
 	for i < len(s) {
 		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
+		if plainByte[c] {
 			i++
 			continue
 		}
@@ -432,6 +432,10 @@ func appendString(b []byte, s string) []byte {
 				b = append(b, '\\', 'r')
 			case '\t':
 				b = append(b, '\\', 't')
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
 			default:
 				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
 			}
@@ -454,12 +458,13 @@ func appendString(b []byte, s string) []byte {
 }
 
 // plainPrefix returns the length of the longest prefix of s that needs no
-// escaping in JSON (printable ASCII other than '"' and '\\'), eight bytes at
-// a time.
+// escaping in JSON (printable ASCII other than '"' and '\\'): eight bytes at
+// a time for long strings, a byte at a time through plainByte for short
+// ones (keys and most values), where that is faster.
 func plainPrefix(s string) int {
 	const lsb, msb = 0x0101010101010101, 0x8080808080808080
 	i := 0
-	for ; i+8 <= len(s); i += 8 {
+	for ; len(s) >= 16 && i+8 <= len(s); i += 8 {
 		x := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
 			uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
 		quote, backslash := x^(lsb*'"'), x^(lsb*'\\')
@@ -470,14 +475,19 @@ func plainPrefix(s string) int {
 			break
 		}
 	}
-	for i < len(s) {
-		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= utf8.RuneSelf {
-			break
-		}
+	for i < len(s) && plainByte[s[i]] {
 		i++
 	}
 	return i
 }
+
+// plainByte[c] reports whether byte c is written as is in a JSON string.
+var plainByte = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
 
 // appendTimestamp appends t as time.RFC3339Nano would. Times in UTC (every
 // timestamp the SDK stamps, and sentAt) take a direct path; other

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -250,10 +251,14 @@ func TestFloatNotationMatchesEncodingJSON(t *testing.T) {
 
 // appendString writes what encoding/json writes (without its HTML
 // escaping), for strings of every length around the eight-byte steps of its
-// fast path, with each special byte at each position.
+// fast path (taken from 16 bytes on), with each special byte and every
+// ASCII byte at each position.
 func TestAppendStringMatchesEncodingJSON(t *testing.T) {
 	specials := []string{"\"", "\\", "\n", "\x00", "\x1f", "\x7f", "é", "\xff", "€", "\u2028", " "}
-	for n := 0; n <= 20; n++ {
+	for c := 0; c < utf8.RuneSelf; c++ { // every ASCII byte, for the table of plain bytes
+		specials = append(specials, string(rune(c)))
+	}
+	for n := 0; n <= 40; n++ {
 		for pos := 0; pos <= n; pos++ {
 			for _, sp := range specials {
 				s := strings.Repeat("a", pos) + sp + strings.Repeat("b", n-pos)
