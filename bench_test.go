@@ -192,7 +192,10 @@ func heldHeap(b testing.TB, n int, cb string) float64 {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
 	_ = c.Close(ctx)
-	for cb != "none" && handedBack.Load() < int64(n) {
+	for deadline := time.Now().Add(time.Minute); cb != "none" && handedBack.Load() < int64(n); {
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d held events handed back after a minute", handedBack.Load(), n)
+		}
 		time.Sleep(time.Millisecond) // hand-back callbacks may outlast Close's grace
 	}
 	return float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / float64(n)
