@@ -510,14 +510,14 @@ func appendTimestamp(b []byte, t time.Time, cache *secondText) []byte {
 	}
 	b = append(b, cache.text[:]...)
 	if ns := t.Nanosecond(); ns != 0 {
-		// nine digits: one, then four pairs from a table
+		// nine digits: one, then four pairs
 		var f [10]byte
 		f[0], f[1] = '.', byte('0'+ns/1e8)
 		r := ns % 1e8
-		copy(f[2:4], digitPairs[2*(r/1e6):])
-		copy(f[4:6], digitPairs[2*(r/1e4%100):])
-		copy(f[6:8], digitPairs[2*(r/100%100):])
-		copy(f[8:10], digitPairs[2*(r%100):])
+		put2(f[2:], r/1e6)
+		put2(f[4:], r/1e4%100)
+		put2(f[6:], r/100%100)
+		put2(f[8:], r%100)
 		n := 10
 		for f[n-1] == '0' {
 			n--
@@ -526,11 +526,6 @@ func appendTimestamp(b []byte, t time.Time, cache *secondText) []byte {
 	}
 	return append(b, 'Z')
 }
-
-// digitPairs holds "00" to "99": the two digits of v at 2v.
-const digitPairs = "00010203040506070809101112131415161718192021222324252627282930313233343536373839" +
-	"40414243444546474849505152535455565758596061626364656667686970717273747576777879" +
-	"8081828384858687888990919293949596979899"
 
 // secondText is "YYYY-MM-DDTHH:MM:SS" of one second (Unix time sec).
 type secondText struct {
