@@ -1,0 +1,523 @@
+package analytics
+
+// The checkers of TestSimulation: each derived from docs/delivery.md and
+// named by the invariant or rule it checks. They read only what the
+// simulated server received and answered and what the client returned or
+// passed to the callbacks (sim_world_test.go records both).
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+)
+
+// simViolation is one broken rule.
+type simViolation struct {
+	Rule string
+	Msg  string
+}
+
+func (v simViolation) String() string { return v.Rule + ": " + v.Msg }
+
+type simClass int
+
+const (
+	clsOK      simClass = iota // 2xx: delivered (R9)
+	clsFail                    // not retried (R10, R12, R13, R15)
+	clsCounted                 // counted retry: retryable status without a usable Retry-After, transport error (R14, R26)
+	clsRA                      // rate-limited retry (R25, R31)
+	clsSplit                   // 413 or 400 on several events: halved (R3, R66)
+)
+
+// simAttempt is one attempt: a request to /v1/batch and, for a followed
+// 307/308, the hops that continued it.
+type simAttempt struct {
+	simRequest
+	idx   int
+	final simRequest // the answer the client got: the last hop's
+}
+
+func (a simAttempt) class() simClass {
+	st := a.final.status
+	switch {
+	case st == 0:
+		return clsCounted
+	case st >= 200 && st <= 299:
+		return clsOK
+	case (st == 413 || st == 400) && len(a.ids) > 1:
+		return clsSplit
+	case simRetryable(st):
+		if a.final.raUsable {
+			return clsRA
+		}
+		return clsCounted
+	}
+	return clsFail
+}
+
+// simTolerance absorbs the instants at which one fake-time moment's
+// goroutines run in either order.
+const simTolerance = 50 * time.Millisecond
+
+// simMinCountedWait is the shortest counted wait the contract allows: the
+// lower end of R26's d_1 (0.9 × 0.5 s), or of the healthy wait when R61
+// says so. Flag -sim.minwait overrides it.
+var simMinCountedWait = 450 * time.Millisecond
+
+// simRelease is R62's window: a 2xx makes waiting batches due within d_1.
+const simRelease = 550 * time.Millisecond
+
+func simCheck(run *simRun) []simViolation {
+	var vs []simViolation
+	bad := func(rule, f string, a ...any) {
+		if len(vs) < 20 {
+			vs = append(vs, simViolation{rule, fmt.Sprintf(f, a...)})
+		}
+	}
+	sc := run.sc
+	if run.newErr != nil {
+		bad("R48", "New refused a valid configuration: %v", run.newErr)
+		return vs
+	}
+	reqs := run.server.requests()
+	var atts []simAttempt
+	for i, r := range reqs {
+		if r.hop {
+			continue
+		}
+		a := simAttempt{simRequest: r, idx: i, final: r}
+		for a.final.next >= 0 {
+			a.final = reqs[a.final.next]
+		}
+		atts = append(atts, a)
+	}
+	accepted := run.accepted()
+	auth := "Basic " + base64.StdEncoding.EncodeToString([]byte("sim-key:"))
+
+	// R1, R5, R6, R11 and INV4's headers; INV3's stable batches.
+	seenIDs := map[string][]int{} // id → attempts carrying it, in arrival order
+	for ai, a := range atts {
+		if a.host != "api.test" || a.path != "/v1/batch" {
+			bad("R1", "attempt %d went to %s%s", ai, a.host, a.path)
+		}
+		if a.header.Get("Authorization") != auth || a.header.Get("Content-Type") != "application/json" || a.header.Get("User-Agent") == "" {
+			bad("INV4", "attempt %d: headers %v", ai, a.header)
+		}
+		if sc.Gzip != (a.header.Get("Content-Encoding") == "gzip") {
+			bad("R5", "attempt %d: gzip %v, Content-Encoding %q", ai, sc.Gzip, a.header.Get("Content-Encoding"))
+		}
+		if a.sentAtBody == "" || len(a.ids) == 0 {
+			bad("R2", "attempt %d: body without sentAt or events", ai)
+		}
+		dup := map[string]bool{}
+		for _, id := range a.ids {
+			if dup[id] {
+				bad("INV3", "attempt %d carries %s twice", ai, id)
+			}
+			dup[id] = true
+			if _, ok := accepted[id]; !ok {
+				bad("INV2", "attempt %d carries %s, which was never accepted", ai, id)
+			}
+		}
+		rc := a.header.Get("X-Retry-Count")
+		prior := 0
+		if len(a.ids) > 0 {
+			prior = len(seenIDs[a.ids[0]])
+		}
+		for _, id := range a.ids {
+			if len(seenIDs[id]) != prior {
+				bad("INV3", "attempt %d mixes events with different histories (%s sent %d times, %s %d times)", ai, a.ids[0], prior, id, len(seenIDs[id]))
+				break
+			}
+		}
+		want := ""
+		if prior > 0 {
+			want = strconv.Itoa(prior)
+			// A retry carries a contiguous run of an earlier attempt (R3).
+			p := atts[seenIDs[a.ids[0]][prior-1]]
+			if !simContiguous(p.ids, a.ids) {
+				bad("INV3", "attempt %d %v is not a run of attempt %v", ai, simShort(a.ids), simShort(p.ids))
+			}
+		}
+		if rc != want {
+			bad("INV4", "attempt %d: X-Retry-Count %q, want %q (the events' earlier attempts)", ai, rc, want)
+		}
+		for _, id := range a.ids {
+			seenIDs[id] = append(seenIDs[id], ai)
+		}
+		if !run.close.done.IsZero() && a.at.After(run.close.done) {
+			bad("R39", "attempt %d arrived %v after Close returned", ai, a.at.Sub(run.close.done))
+		}
+	}
+	for i, r := range reqs {
+		if r.hop && (r.host != "api.test" || r.path != "/v1/batch-alt") {
+			bad("R11", "request %d followed a redirect to %s%s", i, r.host, r.path)
+		}
+	}
+
+	// INV5: no attempt starts while a usable Retry-After holds the gate,
+	// unless MaxRateLimitDuration ended the episode (R32, R35).
+	type ending struct {
+		at time.Time
+		ra bool
+	}
+	var answers []ending
+	for _, a := range atts {
+		if !a.final.done.IsZero() {
+			answers = append(answers, ending{a.final.done, a.class() == clsRA})
+		}
+	}
+	sort.Slice(answers, func(i, j int) bool { return answers[i].at.Before(answers[j].at) })
+	limitRL := sc.maxRateLimit()
+	for ai, a := range atts {
+		if a.class() != clsRA {
+			continue
+		}
+		t, until := a.final.done, a.final.raUntil
+		start := t
+		for i := len(answers) - 1; i >= 0; i-- {
+			e := answers[i]
+			if e.at.After(t) {
+				continue
+			}
+			if !e.ra && e.at.Before(start) {
+				break
+			}
+			if e.ra && e.at.Before(start) {
+				start = e.at
+			}
+		}
+		for bi, b := range atts {
+			if b.at.After(t) && b.at.Before(until.Add(-simTolerance)) && b.at.Before(start.Add(limitRL)) {
+				bad("INV5", "attempt %d arrived %v after attempt %d's Retry-After (until +%v)", bi, b.at.Sub(t), ai, until.Sub(t))
+				break
+			}
+		}
+	}
+
+	// Per event: its attempts' history. INV6 (waits and counts), the
+	// budgets (R27, R28), no attempt after a final answer.
+	total2xx := []time.Time{}
+	for _, a := range atts {
+		if a.class() == clsOK {
+			total2xx = append(total2xx, a.final.done)
+		}
+	}
+	released := func(from, to time.Time) bool {
+		for _, u := range total2xx {
+			if !u.Before(from) && !u.After(to) && to.Sub(u) <= simRelease+simTolerance {
+				return true
+			}
+		}
+		return false
+	}
+	type history struct {
+		counted, ra, splits int
+		firstCounted        time.Time
+		last                *simAttempt
+		ok                  bool
+	}
+	hist := map[string]*history{}
+	countedSends := 0
+	countedReq := map[int]bool{}
+	for id, list := range seenIDs {
+		h := &history{}
+		hist[id] = h
+		for j, ai := range list {
+			a := atts[ai]
+			if h.last != nil {
+				p := *h.last
+				switch p.class() {
+				case clsOK, clsFail:
+					bad("INV6", "%s sent again (attempt %d) after a final answer %d to attempt %d", id, ai, p.final.status, p.idx)
+				case clsCounted:
+					h.counted++
+					countedReq[ai] = true
+					if gap := a.at.Sub(p.final.done); gap < simMinCountedWait-simTolerance && !released(p.final.done, a.at) {
+						bad("INV6", "%s: counted retry (attempt %d) %v after the failure, before the shortest wait %v (R26, R61)", id, ai, gap, simMinCountedWait)
+					}
+					if el := p.final.done.Sub(h.firstCounted); el >= sc.maxBackoff()+simTolerance {
+						bad("R28", "%s: counted retry scheduled %v after its first counted failure, MaxTotalBackoffDuration %v", id, el, sc.maxBackoff())
+					}
+				case clsRA:
+					h.ra++
+					if a.at.Before(p.final.raUntil.Add(-simTolerance)) {
+						bad("INV5", "%s: rate-limited retry %v before the Retry-After instant", id, p.final.raUntil.Sub(a.at))
+					}
+				case clsSplit:
+					h.splits++
+				}
+			}
+			if a.class() == clsCounted && h.firstCounted.IsZero() {
+				h.firstCounted = a.final.done
+			}
+			if a.class() == clsOK {
+				h.ok = true
+			}
+			h.last = &atts[ai]
+			_ = j
+		}
+		if h.counted > sc.maxRetries() {
+			bad("R27", "%s: %d counted retries, MaxRetries %d", id, h.counted, sc.maxRetries())
+		}
+		if n := len(list); n > sc.maxRetries()+1+h.ra+h.splits {
+			bad("INV6", "%s: %d attempts > MaxRetries+1+rate-limited %d+splits %d", id, n, h.ra, h.splits)
+		}
+	}
+	countedSends = len(countedReq)
+
+	// INV1, INV2 and each outcome's error against what the server said.
+	outs := map[string][]simOutcome{}
+	for _, o := range run.out {
+		outs[o.id] = append(outs[o.id], o)
+	}
+	var nDelivered, nFailed, nBack int
+	for id, os := range outs {
+		if _, ok := accepted[id]; !ok {
+			bad("INV1", "callback for %s, which was not accepted", id)
+			continue
+		}
+		if len(os) != 1 {
+			bad("INV1", "%s has %d outcomes", id, len(os))
+		}
+		o := os[0]
+		h := hist[id]
+		if h == nil {
+			h = &history{}
+		}
+		switch {
+		case o.err == nil:
+			nDelivered++
+			if !h.ok {
+				bad("INV2", "%s delivered (OnSuccess) but no attempt carrying it was answered 2xx", id)
+			}
+		case errors.Is(o.err, ErrShutdownInterrupted):
+			nBack++
+			if run.close.at.IsZero() || o.at.Before(run.close.at) {
+				bad("R38", "%s handed back before Close was called", id)
+			}
+			if h.ok && h.last != nil && h.last.final.done.Before(run.close.at) {
+				bad("INV2", "%s handed back after a 2xx that arrived before Close", id)
+			}
+		default:
+			nFailed++
+			if h.ok {
+				bad("INV2", "%s failed (%v) though an attempt carrying it was answered 2xx", id, o.err)
+			}
+			bad2 := simCheckFailure(sc, id, o, h.last, h.counted, h.firstCounted)
+			if bad2 != "" {
+				bad("R42", "%s", bad2)
+			}
+		}
+	}
+	// Without OnSuccess a delivery is seen at the server only: the 2xx.
+	outcomeAt := func(id string) (time.Time, bool) {
+		if len(outs[id]) > 0 {
+			return outs[id][0].at, true
+		}
+		if h := hist[id]; !sc.OnSuccess && h != nil && h.ok {
+			return h.last.final.done, true
+		}
+		return time.Time{}, false
+	}
+	for id := range accepted {
+		if _, ok := outcomeAt(id); !ok {
+			bad("INV1", "%s accepted but has no outcome (Close returned %v)", id, run.closeErr)
+		}
+	}
+	// Enqueue results (section 3, R43, R45, R65).
+	for _, e := range run.enq {
+		switch {
+		case e.bad != "" && errors.Is(e.err, ErrClosed) && !run.close.at.IsZero() && !e.at.Before(run.close.at):
+		case e.bad == "invalid" && !errors.Is(e.err, ErrInvalidMessage):
+			bad("R65", "%s without a user id: enqueue returned %v", e.id, e.err)
+		case e.bad == "large" && !errors.Is(e.err, ErrEventTooLarge):
+			bad("R45", "%s over 32 KiB: enqueue returned %v", e.id, e.err)
+		case e.bad != "" || e.err == nil:
+		case errors.Is(e.err, ErrClosed):
+			if run.close.at.IsZero() || e.at.Before(run.close.at) {
+				bad("R39", "%s: ErrClosed before Close was called", e.id)
+			}
+		case errors.Is(e.err, ErrQueueFull):
+			if e.context && e.ctxMS == 0 {
+				bad("R71", "%s: EnqueueContext without a deadline returned %v", e.id, e.err)
+			}
+			if e.context && e.ctxMS > 0 && (!errors.Is(e.err, context.DeadlineExceeded) || e.at.Sub(e.call) < ms(e.ctxMS)) {
+				bad("R71", "%s: EnqueueContext(%dms) returned %v after %v", e.id, e.ctxMS, e.err, e.at.Sub(e.call))
+			}
+		default:
+			bad("R42", "%s: a valid event was rejected with %v", e.id, e.err)
+		}
+	}
+	if bound := sc.QueueCapacity + sc.Consumers*sc.FlushAt; sc.OnSuccess && run.held > bound {
+		bad("R43", "%d accepted events without an outcome, more than QueueCapacity + Consumers × FlushAt = %d", run.held, bound)
+	}
+
+	// INV7, R39, R41: Flush and Close.
+	bound := func(c simCall) time.Duration {
+		switch c.Ctx {
+		case "done":
+			return 0
+		case "background":
+			return sc.closeTimeout()
+		}
+		return ms(c.MS)
+	}
+	grace := 500*time.Millisecond + time.Millisecond
+	if d := run.close.done.Sub(run.close.at); d > bound(sc.Close)+grace {
+		bad("INV7", "Close(%s %dms) took %v", sc.Close.Ctx, sc.Close.MS, d)
+	}
+	switch {
+	case run.closeErr == nil:
+		if nBack > 0 {
+			bad("R39", "Close returned nil but %d events were handed back", nBack)
+		}
+		for _, id := range run.close.before {
+			if at, ok := outcomeAt(id); !ok || at.After(run.close.done) {
+				bad("R39", "Close returned nil before %s had an outcome", id)
+				break
+			}
+		}
+	case errors.Is(run.closeErr, ErrShutdownInterrupted):
+		if run.stats.HandedBack == 0 {
+			bad("R39", "Close returned %v but Stats.HandedBack is 0", run.closeErr)
+		}
+	default:
+		bad("R39", "Close returned %v", run.closeErr)
+	}
+	for i, err := range run.after {
+		if !errors.Is(err, ErrClosed) {
+			bad("R39", "call %d after Close returned %v, want ErrClosed", i, err)
+		}
+	}
+	for _, f := range run.flushes {
+		if f.call.Ctx == "timeout" || f.call.Ctx == "done" {
+			if d := f.done.Sub(f.at); d > bound(f.call)+grace {
+				bad("INV7", "Flush(%s %dms) took %v", f.call.Ctx, f.call.MS, d)
+			}
+		}
+		switch {
+		case f.err == nil:
+			for _, id := range f.before {
+				if at, ok := outcomeAt(id); !ok || at.After(f.done) {
+					bad("R41", "Flush returned nil before %s had an outcome", id)
+					break
+				}
+			}
+		case errors.Is(f.err, ErrClosed):
+			if f.done.Before(run.close.at) {
+				bad("R41", "Flush returned ErrClosed before Close")
+			}
+		case errors.Is(f.err, context.DeadlineExceeded) || errors.Is(f.err, context.Canceled):
+		default:
+			bad("R41", "Flush returned %v", f.err)
+		}
+	}
+
+	// The accounting audit: Stats against what the server and the
+	// callbacks saw.
+	st := run.stats
+	var nAcc, nFull, nInvalid, nLarge, nClosed int64
+	for _, e := range run.enq {
+		switch {
+		case e.err == nil:
+			nAcc++
+		case errors.Is(e.err, ErrQueueFull):
+			nFull++
+		case errors.Is(e.err, ErrInvalidMessage):
+			nInvalid++
+		case errors.Is(e.err, ErrEventTooLarge):
+			nLarge++
+		case errors.Is(e.err, ErrClosed):
+			nClosed++
+		}
+	}
+	nClosed++ // the Track after Close
+	check := func(name string, got, want int64) {
+		if got != want {
+			bad("Stats", "%s = %d, want %d", name, got, want)
+		}
+	}
+	check("Accepted", st.Accepted, nAcc)
+	check("RejectedQueueFull", st.RejectedQueueFull, nFull)
+	check("RejectedInvalid", st.RejectedInvalid, nInvalid)
+	check("RejectedTooLarge", st.RejectedTooLarge, nLarge)
+	check("RejectedClosed", st.RejectedClosed, nClosed)
+	check("Failed", st.Failed, int64(nFailed))
+	check("HandedBack", st.HandedBack, int64(nBack))
+	check("Pending", st.Pending, 0)
+	if sc.OnSuccess {
+		check("Delivered", st.Delivered, int64(nDelivered))
+		check("Batches", st.Batches, int64(run.successC))
+	} else {
+		check("Delivered", st.Delivered, nAcc-int64(nFailed+nBack))
+	}
+	check("Requests", st.Requests, int64(len(atts)))
+	if st.Retries > int64(countedSends) || st.Retries < int64(countedSends-sc.Consumers) {
+		bad("Stats", "Retries = %d, counted retries on the wire %d", st.Retries, countedSends)
+	}
+	return vs
+}
+
+// simCheckFailure says what is wrong with a failed event's error, or "".
+func simCheckFailure(sc simScenario, id string, o simOutcome, last *simAttempt, counted int, firstCounted time.Time) string {
+	if last == nil {
+		return fmt.Sprintf("%s failed with %v but was never sent", id, o.err)
+	}
+	var de *DeliveryError
+	var he *HTTPError
+	switch {
+	case errors.Is(o.err, ErrRetriesExhausted):
+		if counted != sc.maxRetries() || last.class() != clsCounted {
+			return fmt.Sprintf("%s: %v after %d counted retries (MaxRetries %d), last answer %d", id, o.err, counted, sc.maxRetries(), last.final.status)
+		}
+	case errors.Is(o.err, ErrBackoffDurationExceeded):
+		if last.class() != clsCounted || o.at.Sub(firstCounted) < sc.maxBackoff()-simTolerance {
+			return fmt.Sprintf("%s: %v %v after its first counted failure (limit %v), last answer %d", id, o.err, o.at.Sub(firstCounted), sc.maxBackoff(), last.final.status)
+		}
+	case errors.Is(o.err, ErrRateLimitDurationExceeded):
+		if last.class() != clsRA {
+			return fmt.Sprintf("%s: %v, but its last answer (%d) had no usable Retry-After", id, o.err, last.final.status)
+		}
+	case errors.As(o.err, &de):
+		return fmt.Sprintf("%s: unexpected DeliveryError %v", id, o.err)
+	case errors.As(o.err, &he):
+		if he.StatusCode != last.final.status {
+			return fmt.Sprintf("%s: failed with status %d, last answer %d", id, he.StatusCode, last.final.status)
+		}
+		if c := last.class(); c != clsFail && c != clsSplit {
+			return fmt.Sprintf("%s: failed with %v, but %d is retried", id, o.err, he.StatusCode)
+		}
+		if (he.Kind == KindRedirect) != (he.StatusCode >= 300 && he.StatusCode <= 399) {
+			return fmt.Sprintf("%s: %d of kind %s", id, he.StatusCode, he.Kind)
+		}
+	default:
+		return fmt.Sprintf("%s: failed with unexpected error %T %v (last answer %d)", id, o.err, o.err, last.final.status)
+	}
+	return ""
+}
+
+func simContiguous(outer, inner []string) bool {
+	for i := 0; i+len(inner) <= len(outer); i++ {
+		if outer[i] == inner[0] {
+			for j := range inner {
+				if outer[i+j] != inner[j] {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	return false
+}
+
+func simShort(ids []string) string {
+	if len(ids) <= 4 {
+		return fmt.Sprint(ids)
+	}
+	return fmt.Sprintf("[%s %s … %s] (%d)", ids[0], ids[1], ids[len(ids)-1], len(ids))
+}

@@ -1,0 +1,429 @@
+package analytics
+
+// TestSimulation runs the real client against simulated worlds: one seed is
+// one scenario (configuration, producers, server, Flush and Close instants,
+// faults), drawn by simGenerate (sim_world_test.go), run inside a
+// testing/synctest bubble on fake time with an in-memory transport, and
+// checked against docs/delivery.md by simCheck (sim_check_test.go).
+//
+// Seeds run in child processes of the test binary (two at a time), so that
+// a panic that escapes a client goroutine, which ends the process, is
+// reported as that seed's failure like any broken rule. A failing seed is
+// printed with the command that replays it, then shrunk: the scenario is a
+// plain value, and simShrink tries smaller ones (fewer producers, events,
+// answer kinds, faults …) in child processes, keeping each that still fails
+// the same way, and prints the smallest with its own replay command.
+//
+//	go test -run TestSimulation .                      # CI: the fixed seeds and a few new ones
+//	go test -run TestSimulation -sim.seeds=100000 .    # more
+//	go test -run TestSimulation -sim.seed=N .          # replay one seed
+//	go test -run TestSimulation -sim.scenario='{…}' .  # replay a printed scenario
+//
+// See CONTRIBUTING.md for how far a replay holds and how to extend it.
+
+import (
+	"bufio"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+var (
+	simSeed      = flag.Uint64("sim.seed", 0, "simulation: run this seed only")
+	simSeeds     = flag.Int("sim.seeds", 0, "simulation: run seeds 1..N (default: the CI set)")
+	simScenarioF = flag.String("sim.scenario", "", "simulation: run this scenario (JSON, as a failure prints it)")
+	simFaults    = flag.String("sim.faults", "all", "simulation: fault classes to draw from: all, none, or a comma list of "+faultMisbehave+","+faultSmallLimit)
+	simMinWait   = flag.Duration("sim.minwait", 0, "simulation: the shortest counted wait the checker allows (default: the documented one)")
+	simShrinkFor = flag.Duration("sim.shrinktime", 90*time.Second, "simulation: time to spend shrinking a failure (0: none)")
+	simWorkers   = flag.Int("sim.workers", 2, "simulation: child processes running seeds")
+	simVerbose   = flag.Bool("sim.v", false, "simulation: print every scenario")
+)
+
+// simRegression holds seeds that once failed; they run on every CI run.
+var simRegression = []uint64{}
+
+// simCISeeds is how many seeds CI runs beside the regression seeds, and
+// simCINew how many new ones (drawn from the clock) each run adds.
+const (
+	simCISeeds = 150
+	simCINew   = 10
+)
+
+func simFaultSet() map[string]bool {
+	m := map[string]bool{}
+	switch *simFaults {
+	case "all":
+		m[faultMisbehave], m[faultSmallLimit] = true, true
+	case "none", "":
+	default:
+		for _, f := range strings.Split(*simFaults, ",") {
+			m[strings.TrimSpace(f)] = true
+		}
+	}
+	return m
+}
+
+func TestSimulation(t *testing.T) {
+	if *simMinWait > 0 {
+		simMinCountedWait = *simMinWait
+	}
+	if os.Getenv("SIM_CHILD") != "" {
+		simChild(t)
+		return
+	}
+	if *simScenarioF != "" {
+		var sc simScenario
+		if err := json.Unmarshal([]byte(*simScenarioF), &sc); err != nil {
+			t.Fatalf("-sim.scenario: %v", err)
+		}
+		res := simSpawn(t, nil, &sc)
+		for _, f := range res.failures {
+			t.Errorf("%s\n%s", f.sig, f.detail)
+		}
+		return
+	}
+	var seeds []uint64
+	switch {
+	case *simSeed != 0:
+		seeds = []uint64{*simSeed}
+	case *simSeeds > 0:
+		for i := 1; i <= *simSeeds; i++ {
+			seeds = append(seeds, uint64(i))
+		}
+	default:
+		seeds = append(seeds, simRegression...)
+		for i := 1; i <= simCISeeds; i++ {
+			seeds = append(seeds, uint64(i))
+		}
+		base := uint64(time.Now().UnixNano())%1_000_000_000 + 1_000_000
+		for i := range simCINew {
+			seeds = append(seeds, base+uint64(i)*7919)
+		}
+		t.Logf("new seeds this run: %v", seeds[len(seeds)-simCINew:])
+	}
+	start := time.Now()
+	workers := max(1, min(*simWorkers, len(seeds)))
+	var mu sync.Mutex
+	var failures []simFailure
+	ran := 0
+	var wg sync.WaitGroup
+	for w := range workers {
+		var mine []uint64
+		for i := w; i < len(seeds); i += workers {
+			mine = append(mine, seeds[i])
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res := simSpawn(t, mine, nil)
+			mu.Lock()
+			failures = append(failures, res.failures...)
+			ran += res.ran
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	t.Logf("%d seeds in %v, %d failed", ran, time.Since(start).Round(time.Millisecond), len(failures))
+	shrunk := 0
+	for _, f := range failures {
+		msg := fmt.Sprintf("seed %d: %s\n%s\nreplay: go test -run TestSimulation -sim.seed=%d -sim.faults=%s .", f.seed, f.sig, f.detail, f.seed, *simFaults)
+		if shrunk < 2 && *simShrinkFor > 0 {
+			shrunk++
+			sc := simGenerate(f.seed, simFaultSet())
+			small, runs := simShrink(t, sc, f.sig, *simShrinkFor)
+			b, _ := json.Marshal(small)
+			msg += fmt.Sprintf("\nshrunk in %d runs to:\n%s\nreplay it: go test -run TestSimulation -sim.faults=%s -sim.scenario='%s' .", runs, simPretty(small), *simFaults, b)
+		}
+		t.Error(msg)
+	}
+}
+
+// simFailure is one failed seed: its signature (the first broken rule, or
+// the panic) and what the child printed.
+type simFailure struct {
+	seed   uint64
+	sig    string
+	detail string
+}
+
+type simResult struct {
+	ran      int
+	failures []simFailure
+}
+
+// simSpawn runs seeds (or one scenario) in child processes, one after
+// another, starting a new child after a seed that crashed its process.
+func simSpawn(t *testing.T, seeds []uint64, sc *simScenario) simResult {
+	var res simResult
+	for {
+		args := []string{"-test.run=^TestSimulation$", "-test.count=1", "-test.timeout=0", "-sim.faults=" + *simFaults}
+		if *simMinWait > 0 {
+			args = append(args, "-sim.minwait="+simMinWait.String())
+		}
+		if *simVerbose {
+			args = append(args, "-sim.v")
+		}
+		cmd := exec.Command(os.Args[0], args...)
+		env := append(os.Environ(), "SIM_CHILD=1")
+		if sc != nil {
+			b, _ := json.Marshal(sc)
+			env = append(env, "SIM_SCENARIO="+string(b))
+		} else {
+			s := make([]string, len(seeds))
+			for i, x := range seeds {
+				s[i] = strconv.FormatUint(x, 10)
+			}
+			env = append(env, "SIM_SEEDS="+strings.Join(s, ","))
+		}
+		cmd.Env = env
+		out, _ := cmd.CombinedOutput()
+		// Parse: "SIM start N", "SIM fail N sig", "SIM | detail", "SIM done N".
+		var cur uint64
+		started := false
+		var fail *simFailure
+		var tail []string
+		done := map[uint64]bool{}
+		sc2 := bufio.NewScanner(strings.NewReader(string(out)))
+		sc2.Buffer(make([]byte, 1<<20), 1<<24)
+		for sc2.Scan() {
+			line := sc2.Text()
+			switch {
+			case strings.HasPrefix(line, "SIM start "):
+				cur, _ = strconv.ParseUint(strings.TrimPrefix(line, "SIM start "), 10, 64)
+				started, tail = true, nil
+			case strings.HasPrefix(line, "SIM fail "):
+				f := strings.SplitN(strings.TrimPrefix(line, "SIM fail "), " ", 2)
+				s, _ := strconv.ParseUint(f[0], 10, 64)
+				res.failures = append(res.failures, simFailure{seed: s, sig: f[1]})
+				fail = &res.failures[len(res.failures)-1]
+			case strings.HasPrefix(line, "SIM | "):
+				if fail != nil {
+					fail.detail += strings.TrimPrefix(line, "SIM | ") + "\n"
+				}
+			case strings.HasPrefix(line, "SIM done "):
+				done[cur] = true
+				res.ran++
+				started, fail = false, nil
+			default:
+				if started {
+					tail = append(tail, line)
+				}
+			}
+		}
+		if !started {
+			return res // the child finished its list
+		}
+		// The child died during seed cur: a panic escaped, or a deadlock.
+		res.ran++
+		sig, detail := simCrash(tail)
+		res.failures = append(res.failures, simFailure{seed: cur, sig: sig, detail: detail})
+		if sc != nil {
+			return res
+		}
+		i := 0
+		for i < len(seeds) && seeds[i] != cur {
+			i++
+		}
+		if i+1 >= len(seeds) {
+			return res
+		}
+		seeds = seeds[i+1:]
+	}
+}
+
+// simCrash makes a signature from the output of a child that died.
+func simCrash(tail []string) (string, string) {
+	sig := "crash"
+	for _, l := range tail {
+		if strings.HasPrefix(l, "panic: ") {
+			sig = "crash: " + strings.TrimSpace(strings.TrimPrefix(l, "panic: "))
+			sig = strings.TrimSuffix(sig, " [recovered]")
+			break
+		}
+		if strings.Contains(l, "deadlock") || strings.Contains(l, "blocked goroutines") {
+			sig = "crash: " + strings.TrimSpace(l)
+			break
+		}
+	}
+	// Keep the panic and the first frames of the goroutine that panicked.
+	var keep []string
+	for i, l := range tail {
+		if strings.HasPrefix(l, "panic: ") || strings.Contains(l, "deadlock") {
+			keep = tail[i:min(len(tail), i+24)]
+			break
+		}
+	}
+	if keep == nil && len(tail) > 0 {
+		keep = tail[max(0, len(tail)-24):]
+	}
+	return sig, strings.Join(keep, "\n")
+}
+
+// simChild runs the seeds (or the scenario) of SIM_SEEDS (SIM_SCENARIO),
+// printing the protocol simSpawn reads.
+func simChild(t *testing.T) {
+	faults := simFaultSet()
+	var list []simScenario
+	if j := os.Getenv("SIM_SCENARIO"); j != "" {
+		var sc simScenario
+		if err := json.Unmarshal([]byte(j), &sc); err != nil {
+			t.Fatal(err)
+		}
+		list = append(list, sc)
+	} else {
+		for _, s := range strings.Split(os.Getenv("SIM_SEEDS"), ",") {
+			seed, err := strconv.ParseUint(s, 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			list = append(list, simGenerate(seed, faults))
+		}
+	}
+	for _, sc := range list {
+		fmt.Printf("SIM start %d\n", sc.Seed)
+		if *simVerbose {
+			fmt.Printf("scenario %s\n", sc)
+		}
+		var vs []simViolation
+		var run *simRun
+		synctest.Test(t, func(*testing.T) {
+			run = simExecute(sc, faults)
+			vs = simCheck(run)
+		})
+		if len(vs) > 0 {
+			fmt.Printf("SIM fail %d %s\n", sc.Seed, vs[0].Rule)
+			for _, v := range vs {
+				fmt.Printf("SIM | %s\n", v)
+			}
+			fmt.Printf("SIM | %d requests, %d accepted, Close %v after %v: %v\n", len(run.server.requests()), len(run.accepted()),
+				sc.Close.Ctx, run.close.done.Sub(run.close.at), run.closeErr)
+		}
+		fmt.Printf("SIM done %d\n", sc.Seed)
+	}
+}
+
+// simShrink makes a failing scenario smaller while it keeps failing with
+// the same signature. Each candidate runs in a child process.
+func simShrink(t *testing.T, sc simScenario, sig string, budget time.Duration) (simScenario, int) {
+	deadline := time.Now().Add(budget)
+	runs := 0
+	fails := func(c simScenario) bool {
+		runs++
+		res := simSpawn(t, nil, &c)
+		for _, f := range res.failures {
+			if f.sig == sig {
+				return true
+			}
+		}
+		return false
+	}
+	for improved := true; improved && time.Now().Before(deadline); {
+		improved = false
+		for _, c := range simCandidates(sc) {
+			if time.Now().After(deadline) {
+				break
+			}
+			if fails(c) {
+				sc, improved = c, true
+				break
+			}
+		}
+	}
+	return sc, runs
+}
+
+// simCandidates are the one-step simplifications of sc, boldest first.
+func simCandidates(sc simScenario) []simScenario {
+	var out []simScenario
+	add := func(f func(*simScenario) bool) {
+		c := sc
+		c.Producers = append([]simProducer(nil), sc.Producers...)
+		c.Answers = append([]simWeight(nil), sc.Answers...)
+		c.Outages = append([]simOutage(nil), sc.Outages...)
+		c.Flushes = append([]simCall(nil), sc.Flushes...)
+		if f(&c) {
+			out = append(out, c)
+		}
+	}
+	for i := range sc.Producers {
+		add(func(c *simScenario) bool {
+			if len(c.Producers) < 2 {
+				return false
+			}
+			c.Producers = append(c.Producers[:i], c.Producers[i+1:]...)
+			return true
+		})
+	}
+	for i := range sc.Outages {
+		add(func(c *simScenario) bool { c.Outages = append(c.Outages[:i], c.Outages[i+1:]...); return true })
+	}
+	for i := range sc.Flushes {
+		add(func(c *simScenario) bool { c.Flushes = append(c.Flushes[:i], c.Flushes[i+1:]...); return true })
+	}
+	for i := range sc.Answers {
+		add(func(c *simScenario) bool {
+			if len(c.Answers) < 2 {
+				return false
+			}
+			c.Answers = append(c.Answers[:i], c.Answers[i+1:]...)
+			return true
+		})
+	}
+	for i := range sc.Producers {
+		add(func(c *simScenario) bool {
+			p := &c.Producers[i]
+			if p.Count < 2 {
+				return false
+			}
+			p.Count /= 2
+			return true
+		})
+		add(func(c *simScenario) bool {
+			p := &c.Producers[i]
+			ch := p.PoisonEvery != 0 || p.BadEvery != 0 || p.Context || p.StartMS != 0 || p.Size > 10
+			p.PoisonEvery, p.BadEvery, p.Context, p.CtxMS, p.StartMS, p.Size = 0, 0, false, 0, 0, min(p.Size, 10)
+			return ch
+		})
+		add(func(c *simScenario) bool {
+			p := &c.Producers[i]
+			ch := p.GapMS != 0 || p.Burst != 1
+			p.GapMS, p.Burst = 0, 1
+			return ch
+		})
+	}
+	flag := func(f func(c *simScenario) bool) { add(f) }
+	flag(func(c *simScenario) bool { ch := c.BodyLimit != 0; c.BodyLimit, c.BodyLimit2, c.LimitAtMS = 0, 0, 0; return ch })
+	flag(func(c *simScenario) bool { ch := c.BodyLimit2 != 0; c.BodyLimit2, c.LimitAtMS = 0, 0; return ch })
+	flag(func(c *simScenario) bool { ch := c.EventLimit != 0; c.EventLimit = 0; return ch })
+	flag(func(c *simScenario) bool { ch := c.HoldMaxMS != 0; c.HoldMaxMS = 0; return ch })
+	flag(func(c *simScenario) bool { ch := c.Consumers != 1; c.Consumers = 1; return ch })
+	flag(func(c *simScenario) bool { ch := c.CallbackSlowMS != 0 || c.CallbackPanic != 0; c.CallbackSlowMS, c.CallbackPanic = 0, 0; return ch })
+	flag(func(c *simScenario) bool {
+		ch := c.Gzip || c.EventSentAt || c.Defaults
+		c.Gzip, c.EventSentAt, c.Defaults = false, false, false
+		return ch
+	})
+	flag(func(c *simScenario) bool { ch := c.FlushAt > 1; c.FlushAt = max(1, c.FlushAt/2); return ch })
+	flag(func(c *simScenario) bool { ch := c.QueueCapacity != 30000; c.QueueCapacity = 30000; return ch })
+	flag(func(c *simScenario) bool {
+		ch := c.MaxRetries != -1 || c.MaxBackoffMS != -1 || c.MaxRateLimitMS != -1
+		c.MaxRetries, c.MaxBackoffMS, c.MaxRateLimitMS = -1, -1, -1
+		return ch
+	})
+	flag(func(c *simScenario) bool { ch := c.CloseAtMS > 0; c.CloseAtMS /= 2; return ch })
+	return out
+}
+
+// simPretty prints a scenario for a person.
+func simPretty(sc simScenario) string {
+	b, _ := json.MarshalIndent(sc, "  ", "  ")
+	return "  " + string(b)
+}
