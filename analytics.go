@@ -283,7 +283,9 @@ const lastChance = 250 * time.Millisecond
 // Close returns no later than ctx's deadline plus 0.5 s. If the hand-back
 // callbacks (or a callback a consumer is running) have not finished by
 // then, Close returns anyway and they finish on their own goroutines; the
-// count in its error includes those events. A nil ctx means
+// count in its error includes the handed-back ones. Events whose delivery or
+// failure callback is still running have their outcome: they alone do not
+// make Close return an error. A nil ctx means
 // context.Background(). Delivery failures are reported through OnError
 // only. A second Close returns ErrClosed.
 //
@@ -412,7 +414,10 @@ func (c *Client) Close(ctx context.Context) error {
 			kept = fmt.Sprintf(" (kept in the disk buffer; %d of them never left it and got no callback)", onDisk)
 		}
 	}
-	if n == 0 && !(interrupted && c.q.outstanding() > 0) {
+	// Events in a callback that is still running have their outcome: only
+	// events without one make an interrupted Close an error (R39).
+	settling := c.settle.settling.Load()
+	if n == 0 && !(interrupted && int64(c.q.outstanding()) > settling) {
 		return nil
 	}
 	if doneBefore != nil {

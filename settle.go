@@ -24,6 +24,10 @@ type settler struct {
 	disk      *durable // durable mode: outcomes are acknowledged on disk; nil otherwise
 
 	stats counters
+	// settling counts the events whose outcome is decided and whose
+	// callback has not returned yet: they are not handed back when Close
+	// returns first (R39).
+	settling atomic.Int64
 
 	dropMu    sync.Mutex
 	dropsSeen rejections // rejections already reported
@@ -80,6 +84,8 @@ func (s *settler) rateLimitExceeded(bs []*batch) {
 // the ledger is discharged; handed-back events stay on disk.
 func (s *settler) events(evs []event, err error) {
 	n := int64(len(evs))
+	s.settling.Add(n)
+	defer s.settling.Add(-n)
 	handedBack := errors.Is(err, ErrShutdownInterrupted)
 	if s.disk != nil && !handedBack {
 		s.disk.ack(evs)

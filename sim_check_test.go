@@ -217,7 +217,8 @@ func simCheck(run *simRun) []simViolation {
 	}
 	type history struct {
 		counted, ra, splits int
-		firstCounted        time.Time
+		firstCounted        time.Time // the first counted failure's answer
+		firstCountedEnd     time.Time // … and its body's end, before which the client cannot have decided
 		last                *simAttempt
 		ok                  bool
 	}
@@ -240,7 +241,7 @@ func simCheck(run *simRun) []simViolation {
 					if gap := a.at.Sub(p.final.done); gap < simMinCountedWait-simTolerance && !released(p.final.done, a.at) {
 						bad("INV6", "%s: counted retry (attempt %d) %v after the failure, before the shortest wait %v (R26, R61)", id, ai, gap, simMinCountedWait)
 					}
-					if el := p.final.done.Sub(h.firstCounted); el >= sc.maxBackoff()+simTolerance {
+					if el := p.final.done.Sub(h.firstCountedEnd); el >= sc.maxBackoff()+simTolerance {
 						bad("R28", "%s: counted retry scheduled %v after its first counted failure, MaxTotalBackoffDuration %v", id, el, sc.maxBackoff())
 					}
 				case clsRA:
@@ -253,7 +254,10 @@ func simCheck(run *simRun) []simViolation {
 				}
 			}
 			if a.class() == clsCounted && h.firstCounted.IsZero() {
-				h.firstCounted = a.final.done
+				h.firstCounted, h.firstCountedEnd = a.final.done, a.final.done
+				if a.final.end.After(a.final.done) {
+					h.firstCountedEnd = a.final.end
+				}
 			}
 			if a.class() == clsOK {
 				h.ok = true

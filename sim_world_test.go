@@ -69,10 +69,10 @@ type simScenario struct {
 type simProducer struct {
 	StartMS     int  `json:"startMs"`
 	Count       int  `json:"count"`
-	GapMS       int  `json:"gapMs"`          // between bursts
-	Burst       int  `json:"burst"`          // events per burst
-	Size        int  `json:"size"`           // padding bytes, up to
-	Context     bool `json:"ctx,omitempty"`  // EnqueueContext (else Track/Enqueue)
+	GapMS       int  `json:"gapMs"`           // between bursts
+	Burst       int  `json:"burst"`           // events per burst
+	Size        int  `json:"size"`            // padding bytes, up to
+	Context     bool `json:"ctx,omitempty"`   // EnqueueContext (else Track/Enqueue)
 	CtxMS       int  `json:"ctxMs,omitempty"` // EnqueueContext's timeout
 	PoisonEvery int  `json:"poison,omitempty"`
 	BadEvery    int  `json:"bad,omitempty"` // invalid or too large events
@@ -100,12 +100,12 @@ type simCall struct {
 var simKinds = []string{
 	"ok", "ok-odd", // 2xx: 200 {}, or 201/202/204 with odd bodies
 	"retry5xx", "retry4xx", // retryable statuses, Retry-After in any form or none
-	"ratelimit",            // 429 or 503 with a usable Retry-After
-	"fail4xx", "fail5xx",   // not retried
+	"ratelimit",          // 429 or 503 with a usable Retry-After
+	"fail4xx", "fail5xx", // not retried
 	"redirect", "redirect307", "redirect-away", // 3xx; 307/308 same origin; 307 to another host
-	"odd-status",                                // 1xx and out of range
-	"reset", "timeout", "slow", "cut",           // transport errors, attempt timeouts, slow and truncated bodies
-	"misbehave",                                 // a transport that misbehaves (fault class misbehave)
+	"odd-status",                      // 1xx and out of range
+	"reset", "timeout", "slow", "cut", // transport errors, attempt timeouts, slow and truncated bodies
+	"misbehave", // a transport that misbehaves (fault class misbehave)
 }
 
 // simGenerate draws the scenario of one seed from the whole valid space.
@@ -265,7 +265,8 @@ func ms64(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
 // simRequest is one request as the server saw it, and its answer.
 type simRequest struct {
 	at, done   time.Time
-	hop        bool // a redirect hop: part of the attempt of the request before
+	end        time.Time // the body closed (the client's decision comes after); zero if never
+	hop        bool      // a redirect hop: part of the attempt of the request before
 	host, path string
 	header     http.Header
 	ids        []string
@@ -384,6 +385,8 @@ func simRetryable(status int) bool {
 }
 
 type simBody struct {
+	srv      *simServer
+	n        int
 	r        io.Reader
 	ctx      context.Context
 	delay    time.Duration
@@ -413,6 +416,9 @@ func (b *simBody) Read(p []byte) (int, error) {
 }
 
 func (b *simBody) Close() error {
+	b.srv.mu.Lock()
+	b.srv.reqs[b.n].end = time.Now()
+	b.srv.mu.Unlock()
 	if b.panicky == "close" {
 		panic("sim: body Close panics")
 	}
@@ -597,7 +603,7 @@ func (s *simServer) RoundTrip(req *http.Request) (*http.Response, error) {
 		s.finish(n, 0)
 		return nil, errors.New("sim: connection reset by peer")
 	}
-	b := &simBody{r: strings.NewReader(text), ctx: req.Context()}
+	b := &simBody{srv: s, n: n, r: strings.NewReader(text), ctx: req.Context()}
 	if slow {
 		b.delay = time.Duration(r.Int64N(int64(2 * ms(s.sc.HTTPTimeoutMS))))
 	}
