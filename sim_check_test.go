@@ -167,7 +167,7 @@ func simCheck(run *simRun) []simViolation {
 	}
 	var answers []ending
 	for _, a := range atts {
-		if !a.final.done.IsZero() {
+		if !a.final.done.IsZero() && a.final.status != 0 { // a transport error is no response (R34)
 			answers = append(answers, ending{a.final.done, a.class() == clsRA})
 		}
 	}
@@ -196,6 +196,45 @@ func simCheck(run *simRun) []simViolation {
 				bad("INV5", "attempt %d arrived %v after attempt %d's Retry-After (until +%v)", bi, b.at.Sub(t), ai, until.Sub(t))
 				break
 			}
+		}
+	}
+
+	// R67: after a 413 on a body of B bytes, no batch made of events
+	// accepted after that answer has a body of B bytes or more.
+	for ai, a := range atts {
+		if a.final.status != 413 || len(a.ids) < 1 {
+			continue
+		}
+		for bi, b := range atts {
+			if b.header.Get("X-Retry-Count") != "" || len(b.ids) < 2 || b.size < a.size || !b.at.After(a.final.done) {
+				continue
+			}
+			after := true
+			for _, id := range b.ids {
+				if at, ok := accepted[id]; !ok || !at.After(a.final.done) {
+					after = false
+					break
+				}
+			}
+			if after {
+				bad("R67", "attempt %d: a new batch of %d bytes after attempt %d's %d-byte body was answered 413", bi, b.size, ai, a.size)
+				break
+			}
+		}
+	}
+
+	// R67 at any size: against a fixed body limit the client is refused
+	// (413 on a batch it could have cut) at most twice over its life.
+	// (The rule of the smalllimit fault class: run with it off to look at the rest.)
+	if run.faults[faultSmallLimit] && sc.BodyLimit > 0 && sc.BodyLimit2 == 0 {
+		n := 0
+		for _, a := range atts {
+			if a.final.status == 413 && len(a.ids) > 1 {
+				n++
+			}
+		}
+		if n > 2 {
+			bad("R67", "%d batches of several events answered 413 under a fixed %d-byte limit; at most 2", n, sc.BodyLimit)
 		}
 	}
 

@@ -322,6 +322,9 @@ func simChild(t *testing.T) {
 			run = simExecute(sc, faults)
 			vs = simCheck(run)
 		})
+		if os.Getenv("SIM_DUMP") != "" {
+			simDump(run)
+		}
 		if len(vs) > 0 {
 			fmt.Printf("SIM fail %d %s\n", sc.Seed, vs[0].Rule)
 			for _, v := range vs {
@@ -458,4 +461,17 @@ func simCandidates(sc simScenario) []simScenario {
 func simPretty(sc simScenario) string {
 	b, _ := json.MarshalIndent(sc, "  ", "  ")
 	return "  " + string(b)
+}
+
+// simDump prints a run's requests and outcomes (SIM_DUMP=1 in a child).
+func simDump(run *simRun) {
+	for i, r := range run.server.requests() {
+		fmt.Printf("req %3d at %9.3fs done %9.3fs end %9.3fs hop=%v retry=%q kind=%s status=%d ra=%v until=%.3fs size=%d ids=%s\n", i,
+			r.at.Sub(run.start).Seconds(), r.done.Sub(run.start).Seconds(), r.end.Sub(run.start).Seconds(), r.hop, r.header.Get("X-Retry-Count"),
+			r.kind, r.status, r.raUsable, r.raUntil.Sub(run.start).Seconds(), r.size, simShort(r.ids))
+	}
+	for _, o := range run.out {
+		fmt.Printf("out %s at %.3fs call %d: %v\n", o.id, o.at.Sub(run.start).Seconds(), o.callIdx, o.err)
+	}
+	fmt.Printf("close at %.3fs done %.3fs: %v\n", run.close.at.Sub(run.start).Seconds(), run.close.done.Sub(run.start).Seconds(), run.closeErr)
 }

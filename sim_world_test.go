@@ -681,6 +681,7 @@ type simTimed struct {
 // simRun is the record of one scenario.
 type simRun struct {
 	sc       simScenario
+	faults   map[string]bool
 	start    time.Time
 	server   *simServer
 	mu       sync.Mutex
@@ -712,7 +713,7 @@ func (run *simRun) accepted() map[string]time.Time {
 // simExecute runs the scenario on the real client inside the caller's
 // synctest bubble and returns the record.
 func simExecute(sc simScenario, faults map[string]bool) *simRun {
-	run := &simRun{sc: sc, start: time.Now()}
+	run := &simRun{sc: sc, faults: faults, start: time.Now()}
 	srv := newSimServer(sc, faults)
 	run.server = srv
 	settled := 0
