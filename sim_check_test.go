@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -113,6 +114,31 @@ func simCheck(run *simRun) []simViolation {
 		if a.sentAtBody == "" || len(a.ids) == 0 {
 			bad("R2", "attempt %d: body without sentAt or events", ai)
 		}
+		if a.size > 500000 {
+			bad("R45", "attempt %d: a body of %d bytes", ai, a.size)
+		}
+		if len(a.ids) > sc.FlushAt {
+			bad("R46", "attempt %d: %d events, FlushAt %d", ai, len(a.ids), sc.FlushAt)
+		}
+		if a.writeKey != "sim-key" {
+			bad("R2", "attempt %d: writeKey %q", ai, a.writeKey)
+		}
+		if sent, err := time.Parse(time.RFC3339Nano, a.sentAtBody); err != nil || sent.Sub(a.at).Abs() > time.Millisecond {
+			bad("R4", "attempt %d at %v: sentAt %q", ai, a.at.UTC(), a.sentAtBody)
+		}
+		for _, e := range a.events {
+			if (e.SentAt != "") != sc.EventSentAt || (sc.EventSentAt && e.SentAt != a.sentAtBody) {
+				bad("R59", "attempt %d: event %s has sentAt %q (body %q, option %v)", ai, e.ID, e.SentAt, a.sentAtBody, sc.EventSentAt)
+				break
+			}
+			acc, ok := accepted[e.ID]
+			ts, err := time.Parse(time.RFC3339Nano, e.Timestamp)
+			if ok && (err != nil || ts.After(acc) || e.Type != "track" || e.UserID != "u" || e.Event != "Sim" || e.Library == nil ||
+				fmt.Sprint(e.I) != simIndex(e.ID) || (e.Env != nil) != sc.Defaults || (e.App != nil) != sc.Defaults) {
+				bad("R2", "attempt %d: event %s is not what was enqueued: %+v", ai, e.ID, e)
+				break
+			}
+		}
 		dup := map[string]bool{}
 		for _, id := range a.ids {
 			if dup[id] {
@@ -156,6 +182,93 @@ func simCheck(run *simRun) []simViolation {
 	for i, r := range reqs {
 		if r.hop && (r.host != "api.test" || r.path != "/v1/batch-alt") {
 			bad("R11", "request %d followed a redirect to %s%s", i, r.host, r.path)
+		}
+	}
+
+	// R47: with one consumer, batches not yet attempted go in enqueue order.
+	if sc.Consumers == 1 {
+		lastIdx := map[string]int{}
+		for ai, a := range atts {
+			if a.header.Get("X-Retry-Count") != "" {
+				continue
+			}
+			for _, id := range a.ids {
+				p, i := simProducerOf(id)
+				if last, ok := lastIdx[p]; ok && i < last {
+					bad("R47", "attempt %d sends %s first, after event %d of the same producer", ai, id, last)
+				}
+				lastIdx[p] = i
+			}
+		}
+	}
+
+	// R69: two bodies larger than any answered 2xx before (and than
+	// 16 KiB) are never on the wire together.
+	largest := func(before time.Time) int {
+		n := 16 << 10
+		for _, a := range atts {
+			if a.class() == clsOK && !a.final.done.After(before) {
+				n = max(n, a.size)
+			}
+		}
+		return n
+	}
+	endOf := func(a simAttempt) time.Time {
+		if a.final.end.After(a.final.done) {
+			return a.final.end
+		}
+		return a.final.done
+	}
+	var untried []simAttempt
+	for _, a := range atts {
+		if a.size > largest(a.at) {
+			untried = append(untried, a)
+		}
+	}
+	for i, a := range untried {
+		for _, b := range untried[i+1:] {
+			if b.at.Before(endOf(a)) && a.at.Before(endOf(b)) && !endOf(a).IsZero() {
+				bad("R69", "attempts %d (%d bytes) and %d (%d bytes) of untried sizes were on the wire together", a.idx, a.size, b.idx, b.size)
+			}
+		}
+	}
+
+	// R46: a batch closes when FlushInterval has passed since its first
+	// event; with no request on the wire, no gate and no callback running,
+	// a free consumer sends it then.
+	gateUntil := func(t time.Time) bool {
+		for _, a := range atts {
+			if a.class() == clsRA && !a.final.done.After(t) && a.final.raUntil.After(t.Add(-simTolerance)) {
+				return true
+			}
+		}
+		return false
+	}
+	if sc.CallbackSlowMS == 0 {
+		for ai, a := range atts {
+			if a.header.Get("X-Retry-Count") != "" || len(a.ids) == 0 {
+				continue
+			}
+			first := accepted[a.ids[0]]
+			for _, id := range a.ids {
+				if at, ok := accepted[id]; ok && at.Before(first) {
+					first = at
+				}
+			}
+			due := first.Add(ms(sc.FlushIntervalMS) + simTolerance)
+			if !a.at.After(due) || gateUntil(due) || (!run.close.at.IsZero() && a.at.After(run.close.at)) {
+				continue
+			}
+			busy := false
+			for _, b := range atts {
+				if b.at.Before(a.at) && endOf(b).After(due.Add(-simTolerance)) || endOf(b).IsZero() && b.at.Before(a.at) {
+					busy = true
+					break
+				}
+			}
+			if !busy {
+				bad("R46", "attempt %d: its first event was accepted %v before it was sent (FlushInterval %v), the server idle meanwhile", ai, a.at.Sub(first), ms(sc.FlushIntervalMS))
+			}
 		}
 	}
 
@@ -285,6 +398,9 @@ func simCheck(run *simRun) []simViolation {
 					}
 				case clsRA:
 					h.ra++
+					if sc.MaxRateLimitMS == 0 {
+						bad("R35", "%s: sent again (attempt %d) after a usable Retry-After with MaxRateLimitDuration 0", id, ai)
+					}
 					if a.at.Before(p.final.raUntil.Add(-simTolerance)) {
 						bad("INV5", "%s: rate-limited retry %v before the Retry-After instant", id, p.final.raUntil.Sub(a.at))
 					}
@@ -563,4 +679,16 @@ func simShort(ids []string) string {
 		return fmt.Sprint(ids)
 	}
 	return fmt.Sprintf("[%s %s … %s] (%d)", ids[0], ids[1], ids[len(ids)-1], len(ids))
+}
+
+// simProducerOf splits an id "e<p>-<i>" (or "x…") into its producer and index.
+func simProducerOf(id string) (string, int) {
+	p, i, _ := strings.Cut(id[1:], "-")
+	n, _ := strconv.Atoi(i)
+	return p, n
+}
+
+func simIndex(id string) string {
+	_, i := simProducerOf(id)
+	return strconv.Itoa(i)
 }

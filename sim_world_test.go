@@ -277,6 +277,19 @@ type simRequest struct {
 	raUntil    time.Time // the instant it names (capped at 300 s)
 	next       int       // index of the hop that continued this attempt (307), or -1
 	sentAtBody string
+	events     []simWireEvent
+	writeKey   string
+}
+
+// simWireEvent is what the checkers read of one event in a body.
+type simWireEvent struct {
+	ID, Type, SentAt, Timestamp string
+	UserID                      string
+	Event                       string
+	I                           any
+	Env                         any // properties.env (WithDefaultProperties)
+	App                         any // context.app (WithDefaultContext)
+	Library                     any // context.library
 }
 
 // simServer is the in-memory server and transport.
@@ -446,15 +459,25 @@ func (s *simServer) RoundTrip(req *http.Request) (*http.Response, error) {
 	rec := &simRequest{at: now, hop: req.Response != nil, host: req.URL.Host, path: req.URL.Path, header: req.Header.Clone(), size: len(body), next: -1}
 	var env struct {
 		Batch []struct {
-			MessageID string `json:"messageId"`
+			MessageID  string         `json:"messageId"`
+			Type       string         `json:"type"`
+			SentAt     string         `json:"sentAt"`
+			Timestamp  string         `json:"timestamp"`
+			UserID     string         `json:"userId"`
+			Event      string         `json:"event"`
+			Properties map[string]any `json:"properties"`
+			Context    map[string]any `json:"context"`
 		} `json:"batch"`
-		SentAt string `json:"sentAt"`
+		SentAt   string `json:"sentAt"`
+		WriteKey string `json:"writeKey"`
 	}
 	if json.Unmarshal(body, &env) == nil {
 		for _, e := range env.Batch {
 			rec.ids = append(rec.ids, e.MessageID)
+			rec.events = append(rec.events, simWireEvent{ID: e.MessageID, Type: e.Type, SentAt: e.SentAt, Timestamp: e.Timestamp,
+				UserID: e.UserID, Event: e.Event, I: e.Properties["i"], Env: e.Properties["env"], App: e.Context["app"], Library: e.Context["library"]})
 		}
-		rec.sentAtBody = env.SentAt
+		rec.sentAtBody, rec.writeKey = env.SentAt, env.WriteKey
 	}
 	s.mu.Lock()
 	n := len(s.reqs)
