@@ -255,6 +255,12 @@ func simCheck(run *simRun) []simViolation {
 					first = at
 				}
 			}
+			// Behind a closed batch the interval starts when that one is taken (R46).
+			for _, b := range atts {
+				if b.header.Get("X-Retry-Count") == "" && b.at.Before(a.at) && b.at.After(first) {
+					first = b.at
+				}
+			}
 			due := first.Add(ms(sc.FlushIntervalMS) + simTolerance)
 			if !a.at.After(due) || gateUntil(due) || (!run.close.at.IsZero() && a.at.After(run.close.at)) {
 				continue

@@ -415,6 +415,14 @@ func simCandidates(sc simScenario) []simScenario {
 		})
 		add(func(c *simScenario) bool {
 			p := &c.Producers[i]
+			if p.Count < 2 {
+				return false
+			}
+			p.Count--
+			return true
+		})
+		add(func(c *simScenario) bool {
+			p := &c.Producers[i]
 			ch := p.PoisonEvery != 0 || p.BadEvery != 0 || p.Context || p.StartMS != 0 || p.Size > 10
 			p.PoisonEvery, p.BadEvery, p.Context, p.CtxMS, p.StartMS, p.Size = 0, 0, false, 0, 0, min(p.Size, 10)
 			return ch
