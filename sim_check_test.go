@@ -213,6 +213,15 @@ func simCheck(run *simRun) []simViolation {
 		}
 		return n
 	}
+	largestBefore := func(before time.Time) int { // answered strictly before
+		n := 16 << 10
+		for _, a := range atts {
+			if a.class() == clsOK && a.final.done.Before(before) {
+				n = max(n, a.size)
+			}
+		}
+		return n
+	}
 	endOf := func(a simAttempt) time.Time {
 		if a.final.end.After(a.final.done) {
 			return a.final.end
@@ -362,7 +371,8 @@ func simCheck(run *simRun) []simViolation {
 	total2xx := []time.Time{}
 	for _, a := range atts {
 		if a.class() == clsOK {
-			total2xx = append(total2xx, a.final.done)
+			// The client may take the 2xx in when its body ends (R56's drain).
+			total2xx = append(total2xx, a.final.done, a.final.end)
 		}
 	}
 	released := func(from, to time.Time) bool {
@@ -383,6 +393,7 @@ func simCheck(run *simRun) []simViolation {
 	hist := map[string]*history{}
 	countedSends := 0
 	countedReq := map[int]bool{}
+	prevOf := map[int]simAttempt{} // a counted retry's previous attempt
 	for id, list := range seenIDs {
 		h := &history{}
 		hist[id] = h
@@ -396,8 +407,9 @@ func simCheck(run *simRun) []simViolation {
 				case clsCounted:
 					h.counted++
 					countedReq[ai] = true
+					prevOf[ai] = p
 					if gap := a.at.Sub(p.final.done); gap < simMinCountedWait-simTolerance && !released(p.final.done, a.at) {
-						bad("INV6", "%s: counted retry (attempt %d) %v after the failure, before the shortest wait %v (R26, R61)", id, ai, gap, simMinCountedWait)
+						bad("INV6", "%s: counted retry (request %d) %v after the failure (request %d), before the shortest wait %v (R26, R61)", id, a.idx, gap, p.idx, simMinCountedWait)
 					}
 					if el := p.final.done.Sub(h.firstCountedEnd); el >= sc.maxBackoff()+simTolerance {
 						bad("R28", "%s: counted retry scheduled %v after its first counted failure, MaxTotalBackoffDuration %v", id, el, sc.maxBackoff())
@@ -434,6 +446,113 @@ func simCheck(run *simRun) []simViolation {
 		}
 	}
 	countedSends = len(countedReq)
+
+	// The retry allowance (R63) as the server saw it: 20 tokens, 5 per
+	// second, 3 per 2xx; every counted retry on the wire takes one, but a
+	// batch released from the gate needs none.
+	type tick struct {
+		at   time.Time
+		add  float64
+		take bool
+		ai   int
+	}
+	gated := func(from, to time.Time) bool {
+		for _, b := range atts {
+			if b.class() == clsRA && b.final.raUntil.After(from) && !b.final.done.After(to) {
+				return true
+			}
+		}
+		return false
+	}
+	var ticks []tick
+	for _, a := range atts {
+		if a.class() == clsOK {
+			ticks = append(ticks, tick{at: a.final.done, add: 3})
+		}
+	}
+	for ai := range countedReq {
+		if p := prevOf[ai]; !gated(p.final.done, atts[ai].at) {
+			ticks = append(ticks, tick{at: atts[ai].at, take: true, ai: ai})
+		}
+	}
+	sort.Slice(ticks, func(i, j int) bool {
+		if ticks[i].at.Equal(ticks[j].at) {
+			return !ticks[i].take && ticks[j].take // answers of one instant first
+		}
+		return ticks[i].at.Before(ticks[j].at)
+	})
+	tokens, last := 20.0, run.start
+	tokensAt := map[int]float64{}
+	for _, tk := range ticks {
+		tokens = min(20, tokens+5*tk.at.Sub(last).Seconds())
+		last = tk.at
+		if !tk.take {
+			tokens = min(20, tokens+tk.add)
+			continue
+		}
+		tokensAt[tk.ai] = tokens
+		tokens--
+		if tokens < -float64(sc.Consumers) {
+			bad("INV6", "attempt %d: counted retries leave faster than the retry allowance (R63): %.1f tokens", tk.ai, tokens)
+			tokens = 0
+		}
+	}
+	// A counted retry leaves no later than R26's longest wait for its
+	// streak (the batch's counted failures since the last 2xx to any
+	// batch, R61), unless the gate, the allowance, busy consumers, a
+	// running callback or Close held it.
+	if sc.CallbackSlowMS == 0 && sc.EventLimit == 0 { // (R68's halves are paced by the allowance in ways not modelled here)
+		var twoxx []time.Time
+		for _, a := range atts {
+			if a.class() == clsOK {
+				twoxx = append(twoxx, a.final.done)
+			}
+		}
+		for ai := range countedReq {
+			p, a := prevOf[ai], atts[ai]
+			streak := 0
+			var last2xx time.Time
+			for _, u := range twoxx {
+				if u.Before(p.final.done) && u.After(last2xx) {
+					last2xx = u
+				}
+			}
+			for _, x := range seenIDs[a.ids[0]] {
+				b := atts[x]
+				// (a failure at the instant of that 2xx may have come after it)
+				if b.class() == clsCounted && !b.final.done.Before(last2xx) && !b.final.done.After(p.final.done) {
+					streak++
+				}
+			}
+			dk := min(60*time.Second, 500*time.Millisecond<<min(streak-1, 10))
+			late := p.final.done.Add(dk*11/10 + 250*time.Millisecond)
+			if endOf(p).After(p.final.done) {
+				late = endOf(p).Add(dk*11/10 + 250*time.Millisecond)
+			}
+			if !a.at.After(late) || gated(p.final.done, a.at) || tokensAt[ai] < 3 ||
+				(!run.close.at.IsZero() && a.at.After(run.close.at)) {
+				continue
+			}
+			busy, turn := 0, false
+			for _, b := range atts {
+				if b.at.Before(late) && (endOf(b).IsZero() || endOf(b).After(late)) {
+					busy++
+					// An untried size on the wire: other consumers may hold
+					// batches waiting for its end (R69).
+					turn = turn || b.size > largestBefore(b.at)
+				}
+			}
+			// After a deadline, while the episode is open, the other
+			// consumers hold until the probe's attempt is over (R64).
+			probe := false
+			for _, b := range atts {
+				probe = probe || (busy > 0 && b.class() == clsRA && b.final.done.Before(late))
+			}
+			if busy < sc.Consumers && !turn && !probe {
+				bad("INV6", "attempt %d: counted retry %v after the failure, later than R26's longest wait %v for streak %d (R61)", ai, a.at.Sub(p.final.done), dk*11/10, streak)
+			}
+		}
+	}
 
 	// INV1, INV2 and each outcome's error against what the server said.
 	outs := map[string][]simOutcome{}

@@ -52,6 +52,10 @@ var (
 var simRegression = []string{
 	// Close(1 ms) while a slow OnError reported a 400: Close returned
 	// "shutdown interrupted: 0 event(s) handed back" instead of nil (R39).
+	// Close(1 s) while consumers ran 2 s callbacks: a consumer that had
+	// waited for its turn (R69) sent a request 1.6 s after Close returned
+	// (R38, R39).
+	`{"seed":1516,"consumers":8,"flushAt":100,"flushIntervalMs":5000,"queueCapacity":30000,"httpTimeoutMs":300,"maxRetries":5,"maxBackoffMs":60000,"maxRateLimitMs":1000,"closeTimeoutMs":-1,"eventSentAt":true,"onSuccess":true,"callbackSlowMs":2000,"producers":[{"startMs":0,"count":3,"gapMs":100,"burst":50,"size":200},{"startMs":0,"count":120,"gapMs":500,"burst":1,"size":10,"poison":3},{"startMs":0,"count":120,"gapMs":1,"burst":1,"size":32000}],"answers":[{"k":"ok","w":20},{"k":"ok-odd","w":2},{"k":"retry5xx","w":10},{"k":"ratelimit","w":5},{"k":"fail5xx","w":2},{"k":"redirect307","w":5},{"k":"odd-status","w":1},{"k":"timeout","w":5},{"k":"slow","w":30},{"k":"cut","w":1}],"outages":[{"from":15782,"to":16782,"k":"ratelimit"}],"bodyLimit":19973,"closeAtMs":10,"close":{"ctx":"timeout","ms":1000}}`,
 	`{"seed":67,"consumers":3,"flushAt":10,"flushIntervalMs":60000,"queueCapacity":30000,"httpTimeoutMs":10000,"maxRetries":5,"maxBackoffMs":3600000,"maxRateLimitMs":-1,"closeTimeoutMs":-1,"callbackSlowMs":2000,"producers":[{"startMs":0,"count":10,"gapMs":100,"burst":1,"size":200,"poison":1},{"startMs":0,"count":3,"gapMs":100,"burst":1,"size":2000,"poison":17}],"answers":[{"k":"ok","w":100},{"k":"retry4xx","w":10},{"k":"ratelimit","w":1},{"k":"fail5xx","w":30},{"k":"odd-status","w":10},{"k":"timeout","w":5},{"k":"slow","w":5}],"outages":[{"from":2794,"to":12794,"k":"timeout"},{"from":23431,"to":33431,"k":"fail4xx"}],"flushes":[{"at":11682,"ctx":"timeout","ms":60000}],"closeAtMs":10,"close":{"ctx":"timeout","ms":1}}`,
 }
 
