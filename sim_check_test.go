@@ -493,6 +493,23 @@ func simCheck(run *simRun) []simViolation {
 		}
 		return ticks[i].at.Before(ticks[j].at)
 	})
+	// tokensBefore is the allowance just before x (takes at x excluded).
+	tokensBefore := func(x time.Time) float64 {
+		tk, lt := 20.0, run.start
+		for _, t := range ticks {
+			if !t.at.Before(x) {
+				break
+			}
+			tk = min(20, tk+5*t.at.Sub(lt).Seconds())
+			lt = t.at
+			if t.take {
+				tk--
+			} else {
+				tk = min(20, tk+t.add)
+			}
+		}
+		return min(20, tk+5*x.Sub(lt).Seconds())
+	}
 	tokens, last := 20.0, run.start
 	tokensAt := map[int]float64{}
 	for _, tk := range ticks {
@@ -514,6 +531,18 @@ func simCheck(run *simRun) []simViolation {
 	// batch, R61), unless the gate, the allowance, busy consumers, a
 	// running callback or Close held it.
 	if plain {
+		type answer struct {
+			at    time.Time
+			fail  bool
+			first string
+		}
+		var ordered []answer
+		for _, a := range atts {
+			if c := a.class(); c == clsOK || c == clsCounted {
+				ordered = append(ordered, answer{a.final.done, c == clsCounted, a.ids[0]})
+			}
+		}
+		sort.SliceStable(ordered, func(i, j int) bool { return ordered[i].at.Before(ordered[j].at) })
 		var twoxx []time.Time
 		for _, a := range atts {
 			if a.class() == clsOK {
@@ -537,11 +566,35 @@ func simCheck(run *simRun) []simViolation {
 				}
 			}
 			dk := min(60*time.Second, 500*time.Millisecond<<min(streak-1, 10))
+			// Healthy (R63): of the last 16 answers (2xx and counted
+			// failures, this batch's streak left out) at least four known
+			// and fewer than half failures; then the wait is d_1 (R61).
+			// Judged with a margin, for answers of the same instant.
+			var window []bool // true: a failure
+			for i := len(ordered) - 1; i >= 0 && len(window) < 16; i-- {
+				o := ordered[i]
+				if !o.at.Before(p.final.done.Add(-time.Millisecond)) {
+					continue
+				}
+				if o.fail && o.first == a.ids[0] && !o.at.Before(last2xx) {
+					continue
+				}
+				window = append(window, o.fail)
+			}
+			fails := 0
+			for _, f := range window {
+				if f {
+					fails++
+				}
+			}
+			if len(window) >= 8 && fails*2 < len(window)-4 {
+				dk = 500 * time.Millisecond
+			}
 			late := p.final.done.Add(dk*11/10 + 250*time.Millisecond)
 			if endOf(p).After(p.final.done) {
 				late = endOf(p).Add(dk*11/10 + 250*time.Millisecond)
 			}
-			if !a.at.After(late) || gated(p.final.done, a.at) || tokensAt[ai] < 3 ||
+			if !a.at.After(late) || gated(p.final.done, a.at) || tokensAt[ai] < 3 || tokensBefore(late) < 3 ||
 				(!run.close.at.IsZero() && a.at.After(run.close.at)) {
 				continue
 			}

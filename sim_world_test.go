@@ -60,6 +60,10 @@ type simScenario struct {
 	LimitAtMS  int         `json:"limitAtMs,omitempty"`
 	EventLimit int         `json:"eventLimit,omitempty"` // 429 without Retry-After above this many events
 	HoldMaxMS  int         `json:"holdMaxMs,omitempty"`  // answers take up to this long
+	// Unlucky batches: one in UnluckyEvery (by its first event) is answered
+	// 500 on its first UnluckyTimes attempts, whatever the others get.
+	UnluckyEvery int `json:"unluckyEvery,omitempty"`
+	UnluckyTimes int `json:"unluckyTimes,omitempty"`
 
 	Flushes   []simCall `json:"flushes,omitempty"`
 	CloseAtMS int       `json:"closeAtMs"`
@@ -192,6 +196,18 @@ func simGenerate(seed uint64, faults map[string]bool) simScenario {
 		s.EventLimit = pick(1, 3, 20, 100)
 	}
 
+	if maybe(0.3) {
+		s.UnluckyEvery, s.UnluckyTimes = pick(2, 5, 20), pick(1, 2, 3, 5)
+	}
+	if maybe(0.25) {
+		// A plain world: a server that mostly answers, a few kinds of
+		// failure, nothing that moves instants (holds, slow bodies, limits).
+		s.Answers = []simWeight{{"ok", pick(20, 50, 100)}, {"retry5xx", pick(1, 5, 20)}}
+		if maybe(0.5) {
+			s.Answers = append(s.Answers, simWeight{"reset", pick(1, 5)})
+		}
+		s.HoldMaxMS, s.BodyLimit, s.BodyLimit2, s.EventLimit, s.CallbackSlowMS = 0, 0, 0, 0, 0
+	}
 	for range r.IntN(4) {
 		s.Flushes = append(s.Flushes, simCall{AtMS: r.IntN(30000), Ctx: []string{"timeout", "timeout", "done", "background"}[r.IntN(4)], MS: pick(10, 500, 5000, 60000)})
 	}
@@ -514,6 +530,10 @@ func (s *simServer) RoundTrip(req *http.Request) (*http.Response, error) {
 		kind = "429-events"
 	case poisoned:
 		kind = "poison"
+	case s.sc.UnluckyEvery > 0 && len(rec.ids) > 0 && !rec.hop && simHash(rec.ids[0])%uint64(s.sc.UnluckyEvery) == 0:
+		if n, _ := strconv.Atoi(req.Header.Get("X-Retry-Count")); n < s.sc.UnluckyTimes {
+			kind = "unlucky"
+		}
 	}
 	if rec.hop && (strings.HasPrefix(kind, "redirect") || strings.HasPrefix(kind, "mb-")) {
 		kind = "ok" // a hop is answered plainly: no redirect loops
@@ -594,6 +614,8 @@ func (s *simServer) RoundTrip(req *http.Request) (*http.Response, error) {
 		if status == 400 && len(rec.ids) > 1 {
 			status = 500
 		}
+	case "unlucky":
+		status = 500
 	case "413":
 		status = 413
 		raAny()
@@ -898,4 +920,10 @@ func simExecute(sc simScenario, faults map[string]bool) *simRun {
 	}
 	run.stats = c.Stats()
 	return run
+}
+
+func simHash(s string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(s))
+	return h.Sum64()
 }
