@@ -570,12 +570,16 @@ func simCheck(run *simRun) []simViolation {
 			// failures, this batch's streak left out) at least four known
 			// and fewer than half failures; then the wait is d_1 (R61).
 			// Judged with a margin, for answers of the same instant.
+			// The 16 are counted with the batch's own failures in them;
+			// those are then left out of the judgement.
 			var window []bool // true: a failure
-			for i := len(ordered) - 1; i >= 0 && len(window) < 16; i-- {
+			seen := 0
+			for i := len(ordered) - 1; i >= 0 && seen < 16; i-- {
 				o := ordered[i]
-				if !o.at.Before(p.final.done.Add(-time.Millisecond)) {
+				if o.at.After(p.final.done) {
 					continue
 				}
+				seen++
 				if o.fail && o.first == a.ids[0] && !o.at.Before(last2xx) {
 					continue
 				}

@@ -202,9 +202,14 @@ func simGenerate(seed uint64, faults map[string]bool) simScenario {
 	if maybe(0.25) {
 		// A plain world: a server that mostly answers, a few kinds of
 		// failure, nothing that moves instants (holds, slow bodies, limits).
-		s.Answers = []simWeight{{"ok", pick(20, 50, 100)}, {"retry5xx", pick(1, 5, 20)}}
+		s.Answers = []simWeight{{"ok", pick(20, 50, 100)}, {"plain5xx", pick(1, 5, 20)}}
 		if maybe(0.5) {
 			s.Answers = append(s.Answers, simWeight{"reset", pick(1, 5)})
+		}
+		s.Outages = nil
+		if maybe(0.6) {
+			from := r.IntN(20000)
+			s.Outages = []simOutage{{FromMS: from, ToMS: from + pick(2000, 10000, 30000), Kind: []string{"plain5xx", "reset"}[r.IntN(2)]}}
 		}
 		s.HoldMaxMS, s.BodyLimit, s.BodyLimit2, s.EventLimit, s.CallbackSlowMS = 0, 0, 0, 0, 0
 	}
@@ -616,6 +621,8 @@ func (s *simServer) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 	case "unlucky":
 		status = 500
+	case "plain5xx": // no Retry-After at all
+		status = []int{500, 502, 503, 504}[r.IntN(4)]
 	case "413":
 		status = 413
 		raAny()
