@@ -512,19 +512,28 @@ func simCheck(run *simRun) []simViolation {
 	}
 	tokens, last := 20.0, run.start
 	tokensAt := map[int]float64{}
-	for _, tk := range ticks {
-		tokens = min(20, tokens+5*tk.at.Sub(last).Seconds())
-		last = tk.at
-		if !tk.take {
-			tokens = min(20, tokens+tk.add)
-			continue
+	for i := 0; i < len(ticks); {
+		// One instant at a time: its 2xx and takes may interleave in any
+		// order, so the cap applies to the instant as a whole.
+		at := ticks[i].at
+		tokens = min(20, tokens+5*at.Sub(last).Seconds())
+		last = at
+		add, takes := 0.0, 0.0
+		j := i
+		for ; j < len(ticks) && ticks[j].at.Equal(at); j++ {
+			if ticks[j].take {
+				tokensAt[ticks[j].ai] = tokens + add - takes
+				takes++
+			} else {
+				add += ticks[j].add
+			}
 		}
-		tokensAt[tk.ai] = tokens
-		tokens--
+		tokens = min(20, tokens+add-takes)
 		if tokens < -float64(sc.Consumers) && plain {
-			bad("INV6", "attempt %d: counted retries leave faster than the retry allowance (R63): %.1f tokens", tk.ai, tokens)
+			bad("INV6", "attempt %d: counted retries leave faster than the retry allowance (R63): %.1f tokens", ticks[j-1].ai, tokens)
 			tokens = 0
 		}
+		i = j
 	}
 	// A counted retry leaves no later than R26's longest wait for its
 	// streak (the batch's counted failures since the last 2xx to any
