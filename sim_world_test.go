@@ -206,6 +206,10 @@ func simGenerate(seed uint64, faults map[string]bool) simScenario {
 		if maybe(0.5) {
 			s.Answers = append(s.Answers, simWeight{"reset", pick(1, 5)})
 		}
+		if maybe(0.5) { // many small batches: the allowance binds in an outage (R63)
+			s.FlushAt = 1
+			s.Producers = append(s.Producers, simProducer{Count: 300, GapMS: pick(5, 20, 50), Burst: 1, Size: 10})
+		}
 		s.Outages = nil
 		if maybe(0.6) {
 			from := r.IntN(20000)
