@@ -392,5 +392,6 @@ func resolve(writeKey string, opts []Option) (settings, error) {
 		return s, err
 	}
 	s.CustomHTTPClient = s.httpClient != nil
+	s.logger = guardLogger(s.logger) // a logger that panics loses a line, nothing else (guard.go)
 	return s, nil
 }

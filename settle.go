@@ -115,11 +115,7 @@ func (s *settler) events(evs []event, err error) {
 // callback runs a user callback; a panic is logged, not propagated, so a
 // consumer survives it.
 func (s *settler) callback(f func()) {
-	defer func() {
-		if r := recover(); r != nil {
-			s.log.Error("analytics callback panicked", zap.Any("panic", r))
-		}
-	}()
+	defer contain(s.log, userCallback, nil)
 	f()
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -390,9 +391,11 @@ func callbackError(err error) error {
 	return err
 }
 
+// recoverCallback, deferred by succeed and fail, logs a panic of the
+// Callback once at ERROR, with its value and stack, and ends it there.
 func (c *client) recoverCallback(method string) {
 	if r := recover(); r != nil {
-		c.log.Error("analytics: Callback."+method+" panicked", zap.Any("panic", r))
+		c.log.Error("analytics: Callback."+method+" panicked", zap.String("panic", fmt.Sprint(r)), zap.ByteString("stack", debug.Stack()))
 	}
 }
 

@@ -88,7 +88,11 @@ func (c *logCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.Chec
 	return ce
 }
 
+// Write formats the entry and passes it to the Logger. A Logger that
+// panics loses that line and nothing else: the panic ends here, so the
+// goroutine that logged (a consumer, or a Callback's recovery) goes on.
 func (c *logCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
+	defer func() { _ = recover() }()
 	enc := zapcore.NewMapObjectEncoder()
 	for _, f := range c.fields {
 		f.AddTo(enc)
