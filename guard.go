@@ -15,9 +15,9 @@ import (
 // The client's goroutines run code the user supplied: the http.Client and
 // its RoundTripper, the response bodies they return, OnSuccess, OnError,
 // the attempt hook and the logger. None of it may take the process down
-// (docs/delivery.md, "User code on the client's goroutines"). This file is
-// the one place that contains it: contain is deferred by every function
-// that calls into such code, and guardCore wraps the logger.
+// (docs/delivery.md R56, R16). This file is the one place that contains
+// it: contain is deferred by every function that calls into such code,
+// and guardCore wraps the logger.
 
 // panicError is the error an attempt ends with when user code panicked:
 // what panicked, and the panic's value.
@@ -39,6 +39,9 @@ func contain(log *zap.Logger, what string, err *error) {
 	}
 	// fmt contains a panic of the value's own String or Error method.
 	value := fmt.Sprint(r)
+	if log == nil {
+		log = zap.NewNop()
+	}
 	log.Error(what+" panicked", zap.String("panic", value), zap.ByteString("stack", debug.Stack()))
 	if err != nil {
 		*err = &panicError{what: what, value: value}

@@ -78,7 +78,6 @@ func (valuePanic) Read([]byte) (int, error)   { panic(fmt.Errorf("wrapped: %w", 
 func (valuePanic) Close() error               { return nil }
 func (readerPanics) Read([]byte) (int, error) { var p *strings.Reader; return p.Read(nil) } // nil dereference
 func (readerPanics) Close() error             { return nil }
-func body(s string) io.ReadCloser             { return io.NopCloser(strings.NewReader(s)) }
 
 // transportCase is one way a transport misbehaves and what the client
 // must make of it.
