@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -79,6 +80,26 @@ func (valuePanic) Close() error               { return nil }
 func (readerPanics) Read([]byte) (int, error) { var p *strings.Reader; return p.Read(nil) } // nil dereference
 func (readerPanics) Close() error             { return nil }
 
+// stuck is a body whose Read blocks until Close, and whose Close panics
+// (after it has ended the Read): only the attempt's timeout, which closes
+// the body on a goroutine of its own, ends the attempt.
+type stuck struct {
+	once   sync.Once
+	closed chan struct{}
+}
+
+func newStuck() io.ReadCloser { return &stuck{closed: make(chan struct{})} }
+
+func (s *stuck) Read([]byte) (int, error) {
+	<-s.closed
+	return 0, errors.New("read on closed body")
+}
+
+func (s *stuck) Close() error {
+	s.once.Do(func() { close(s.closed) })
+	panic("body close exploded")
+}
+
 // transportCase is one way a transport misbehaves and what the client
 // must make of it.
 type transportCase struct {
@@ -124,6 +145,7 @@ func transportCases() []transportCase {
 		{name: "200, Close fails", bad: status(200, func() io.ReadCloser { return closeFails{strings.NewReader("ok")} }), requests: 1},
 		{name: "200, Close panics", bad: status(200, func() io.ReadCloser { return closePanics{strings.NewReader("ok")} }), requests: 1, panics: 1},
 		{name: "200, Read and Close panic", bad: status(200, func() io.ReadCloser { return allPanic{} }), requests: 1, panics: 2},
+		{name: "200, Read blocks until Close, which panics", bad: status(200, newStuck), requests: 1, panics: 2},
 		{name: "200, nil Body with Content-Length", bad: func(req *http.Request) (*http.Response, error) {
 			r, _ := answer(200, nil)(req)
 			r.ContentLength = 10
@@ -137,6 +159,7 @@ func transportCases() []transportCase {
 		{name: "500, Read fails", bad: status(500, func() io.ReadCloser { return readFails{} }), requests: 3},
 		{name: "500, Close panics", bad: status(500, func() io.ReadCloser { return closePanics{strings.NewReader("down")} }), requests: 3, panics: 1},
 		{name: "500, Read and Close panic", bad: status(500, func() io.ReadCloser { return allPanic{} }), requests: 3, panics: 2},
+		{name: "500, Read blocks until Close, which panics", bad: status(500, newStuck), requests: 3, panics: 2},
 		{name: "400, Body io.NopCloser(nil)", bad: status(400, nilReader), requests: 1, panics: 1, one: true,
 			failed: "analytics: non-retryable response 400 Bad Request"},
 		{name: "400, Read panics", bad: status(400, readPanic), requests: 1, panics: 1, one: true,
