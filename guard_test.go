@@ -167,7 +167,7 @@ func transportCases() []transportCase {
 		{name: "RoundTrip panics", bad: func(*http.Request) (*http.Response, error) { panic("round trip exploded") }, requests: 3, panics: 1},
 		{name: "RoundTrip panics with an error", bad: func(*http.Request) (*http.Response, error) { panic(io.ErrUnexpectedEOF) }, requests: 3, panics: 1},
 		{name: "RoundTrip panics with nil", bad: func(*http.Request) (*http.Response, error) { panic(nil) }, requests: 3, panics: 1},
-		{name: "RoundTrip nil dereference", bad: func(req *http.Request) (*http.Response, error) {
+		{name: "RoundTrip on a nil *http.Transport", bad: func(req *http.Request) (*http.Response, error) {
 			var rt *http.Transport
 			return rt.RoundTrip(req)
 		}, requests: 3, panics: 1},

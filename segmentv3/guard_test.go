@@ -83,24 +83,25 @@ func TestMisbehavingTransport(t *testing.T) {
 		requests int    // the transport misbehaves twice, then answers 200
 		failed   string // Failure's error text; "" when every message is delivered
 		one      bool   // one message (a 400 of several is halved, R66)
+		panics   int    // ERROR lines per misbehaving attempt
 	}{
-		{name: "200, Body io.NopCloser(nil)", bad: respond(200, nilReader), requests: 1},
+		{name: "200, Body io.NopCloser(nil)", bad: respond(200, nilReader), requests: 1, panics: 1},
 		{name: "200, nil Body", bad: respond(200, nil), requests: 1},
-		{name: "200, Read panics", bad: respond(200, readPanic), requests: 1},
-		{name: "200, Read returns data then panics", bad: respond(200, dataThenPanic), requests: 1},
+		{name: "200, Read panics", bad: respond(200, readPanic), requests: 1, panics: 1},
+		{name: "200, Read returns data then panics", bad: respond(200, dataThenPanic), requests: 1, panics: 1},
 		{name: "200, Read fails", bad: respond(200, func() io.ReadCloser { return readFails{} }), requests: 1},
-		{name: "200, Close panics", bad: respond(200, closePanic), requests: 1},
-		{name: "500, Body io.NopCloser(nil)", bad: respond(500, nilReader), requests: 3},
+		{name: "200, Close panics", bad: respond(200, closePanic), requests: 1, panics: 1},
+		{name: "500, Body io.NopCloser(nil)", bad: respond(500, nilReader), requests: 3, panics: 1},
 		{name: "500, nil Body", bad: respond(500, nil), requests: 3},
-		{name: "500, Read panics", bad: respond(500, readPanic), requests: 3},
-		{name: "503, Read returns data then panics", bad: respond(503, dataThenPanic), requests: 3},
-		{name: "500, Close panics", bad: respond(500, closePanic), requests: 3},
-		{name: "400, Body io.NopCloser(nil)", bad: respond(400, nilReader), requests: 1, one: true,
+		{name: "500, Read panics", bad: respond(500, readPanic), requests: 3, panics: 1},
+		{name: "503, Read returns data then panics", bad: respond(503, dataThenPanic), requests: 3, panics: 1},
+		{name: "500, Close panics", bad: respond(500, closePanic), requests: 3, panics: 1},
+		{name: "400, Body io.NopCloser(nil)", bad: respond(400, nilReader), requests: 1, panics: 1, one: true,
 			failed: "analytics: non-retryable response 400 Bad Request"},
-		{name: "400, Read panics", bad: respond(400, readPanic), requests: 1, one: true,
+		{name: "400, Read panics", bad: respond(400, readPanic), requests: 1, panics: 1, one: true,
 			failed: "analytics: non-retryable response 400 Bad Request"},
-		{name: "RoundTrip panics", bad: func(*http.Request) (*http.Response, error) { panic("round trip exploded") }, requests: 3},
-		{name: "RoundTrip panics with nil", bad: func(*http.Request) (*http.Response, error) { panic(nil) }, requests: 3},
+		{name: "RoundTrip panics", bad: func(*http.Request) (*http.Response, error) { panic("round trip exploded") }, requests: 3, panics: 1},
+		{name: "RoundTrip panics with nil", bad: func(*http.Request) (*http.Response, error) { panic(nil) }, requests: 3, panics: 1},
 		{name: "nil response, nil error", bad: func(*http.Request) (*http.Response, error) { return nil, nil }, requests: 3},
 	}
 	for _, tc := range cases {
@@ -143,6 +144,7 @@ func TestMisbehavingTransport(t *testing.T) {
 					outcome = "Failure: " + calls[0].err.Error()
 				}
 				_, errs := logs.lines()
+				misbehaved := min(tc.requests, 2)
 				panics := 0
 				for _, l := range errs {
 					if strings.Contains(l, "panicked") {
@@ -150,6 +152,7 @@ func TestMisbehavingTransport(t *testing.T) {
 						assert.Contains(t, l, "stack=goroutine", "the stack is logged")
 					}
 				}
+				assert.Equal(t, misbehaved*tc.panics, panics, "panics logged")
 				t.Logf("outcome | %s | %d request(s), %d retried | %s | %d panic(s) logged | Flush+Close %v",
 					tc.name, api.requests(), api.requests()-1, outcome, panics, took)
 			})
@@ -161,13 +164,17 @@ func TestMisbehavingTransport(t *testing.T) {
 // messages still get their calls.
 func TestPanickingUserCodeKeepsDelivering(t *testing.T) {
 	cases := []struct {
-		name   string
-		config func(*atomic.Int32, *recorder) analytics.Config
+		name     string
+		first    int // the status of the first batch's first request
+		failures map[string]int
+		minCalls int32
+		config   func(*atomic.Int32, *recorder) analytics.Config
 	}{
-		{"Callback panics", func(calls *atomic.Int32, rec *recorder) analytics.Config {
+		{"Callback panics", 500, map[string]int{}, 2, func(calls *atomic.Int32, rec *recorder) analytics.Config {
 			return analytics.Config{Callback: &panicAfterRecord{rec: rec, calls: calls}}
 		}},
-		{"Logger panics", func(calls *atomic.Int32, rec *recorder) analytics.Config {
+		// The 400 is logged at ERROR on the consumer.
+		{"Logger panics", 400, map[string]int{"first": 1}, 2, func(calls *atomic.Int32, rec *recorder) analytics.Config {
 			return analytics.Config{Callback: rec, Logger: panicLogger{calls}, Verbose: true}
 		}},
 	}
@@ -176,7 +183,7 @@ func TestPanickingUserCodeKeepsDelivering(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				var calls atomic.Int32
 				rec := &recorder{}
-				api := &fakeAPI{status: func(n int) int { return []int{500, 200}[min(n, 1)] }}
+				api := &fakeAPI{status: func(n int) int { return []int{tc.first, 200}[min(n, 1)] }}
 				config := tc.config(&calls, rec)
 				config.Transport, config.BatchSize = api, 1
 				config.NativeOptions = []native.Option{native.WithConsumers(1)}
@@ -191,10 +198,12 @@ func TestPanickingUserCodeKeepsDelivering(t *testing.T) {
 				require.NoError(t, flush(ctx))
 				require.NoError(t, client.Close())
 				successes, failures := rec.byID()
-				assert.Equal(t, map[string]int{"first": 1, "second": 1}, successes)
-				assert.Empty(t, failures)
-				assert.Positive(t, calls.Load(), "the user code ran")
-				t.Logf("outcome | %s | delivered %d, requests %d, user code ran %d time(s)", tc.name, len(successes), api.requests(), calls.Load())
+				assert.Equal(t, 1, successes["second"], "the later message is delivered")
+				assert.Equal(t, 2, len(successes)+len(failures), "one call each")
+				assert.Equal(t, tc.failures, failures)
+				assert.GreaterOrEqual(t, calls.Load(), tc.minCalls, "the user code ran")
+				t.Logf("outcome | %s | delivered %d, failed %d, requests %d, user code ran %d time(s)",
+					tc.name, len(successes), len(failures), api.requests(), calls.Load())
 			})
 		})
 	}
