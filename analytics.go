@@ -59,7 +59,8 @@ var _ Tracker = (*Client)(nil)
 // Calls for one batch happen after its last attempt; calls for different
 // batches may run concurrently when Consumers > 1. A callback must return
 // quickly: the consumer does no other work while it runs. A panicking
-// callback is recovered and logged; the consumer keeps running. The
+// callback is recovered and logged at ERROR with its stack; the consumer
+// keeps running, and the events keep the outcome they were given. The
 // messages passed to callbacks are copies or rebuilt from the JSON sent (see
 // Message and WithOnError).
 type Client struct {

@@ -279,7 +279,10 @@ func WithGzip(enabled bool) Option {
 // the copy gets the SDK's redirect policy (307/308 followed within the
 // origin only, every other 3xx reported as a failure, R11). Per-attempt timeouts come from
 // WithHTTPTimeout; the client's own Timeout, if set, also applies. A nil
-// client fails New.
+// client fails New. A RoundTripper that panics or returns a nil response
+// fails that attempt as a retryable *TransportError, and a response body
+// that is nil, has a nil reader or panics leaves the status to decide; the
+// panic is logged at ERROR with its stack (docs/delivery.md R56).
 func WithHTTPClient(c *http.Client) Option {
 	return optionFunc(func(s *settings) {
 		s.httpClient, s.httpClientNil = c, c == nil
@@ -287,7 +290,8 @@ func WithHTTPClient(c *http.Client) Option {
 }
 
 // WithLogger sets the logger (default zap.NewNop: silent). The client never
-// logs the write key or event payloads. A nil logger fails New.
+// logs the write key or event payloads. A nil logger fails New. A logger
+// whose core panics loses that line; the client goes on.
 func WithLogger(l *zap.Logger) Option {
 	return optionFunc(func(s *settings) {
 		s.logger = l
