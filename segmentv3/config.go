@@ -49,7 +49,10 @@ type Config struct {
 
 	// Transport makes the HTTP requests (default: the engine's own
 	// transport, a clone of http.DefaultTransport). Each attempt is bounded
-	// by 10 s, as in v3.
+	// by 10 s, as in v3. A Transport that panics or returns a nil response
+	// fails that attempt, which is retried; a body that is nil, has a nil
+	// reader or panics leaves the status to decide. Nothing of it crashes
+	// the program; each panic is logged at ERROR with its stack.
 	Transport http.RoundTripper
 
 	// Logger receives the client's log lines. The default (nil) is silent,

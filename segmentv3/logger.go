@@ -17,7 +17,8 @@ import (
 // payloads.
 //
 // Implementations must be safe for concurrent use: the client logs from
-// several goroutines.
+// several goroutines. A Logger that panics loses that line; the client goes
+// on.
 type Logger interface {
 	// Logf receives informational lines, and with Config.Verbose debug
 	// lines too.
