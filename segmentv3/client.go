@@ -399,6 +399,30 @@ func (c *client) recoverCallback(method string) {
 	}
 }
 
+// retryDelay wraps Config.RetryAfter, which the engine calls on its
+// consumer goroutines: a panic of f is logged once at ERROR, with its value
+// and stack, and that retry waits v3's default backoff instead.
+func (c *client) retryDelay(f func(int) time.Duration) func(int) time.Duration {
+	return func(k int) (d time.Duration) {
+		defer func() {
+			if r := recover(); r != nil {
+				c.log.Error("analytics: Config.RetryAfter panicked", zap.String("panic", fmt.Sprint(r)), zap.ByteString("stack", debug.Stack()))
+				d = v3Backoff(k)
+			}
+		}()
+		return f(k)
+	}
+}
+
+// v3Backoff is v3's wait before retry k+1 without Config.RetryAfter
+// (backo's defaults): 100 ms × 2^k, at most 10 s.
+func v3Backoff(k int) time.Duration {
+	if k >= 7 { // 100 ms × 2^7 is over 10 s already
+		return 10 * time.Second
+	}
+	return min(100*time.Millisecond<<max(k, 0), 10*time.Second)
+}
+
 // Close implements Client (io.Closer).
 func (c *client) Close() error {
 	if !c.closing.CompareAndSwap(false, true) {

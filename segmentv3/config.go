@@ -92,7 +92,9 @@ type Config struct {
 	// Either way a batch makes at most 10 counted retries (see
 	// NativeOptions to change that), a usable Retry-After from the server
 	// is waited instead and counts as no retry, and responses that cannot
-	// succeed (most 4xx) are not retried.
+	// succeed (most 4xx) are not retried. A RetryAfter that panics is
+	// logged at ERROR with its stack, and that retry waits what v3 waited
+	// without RetryAfter (100 ms, doubling with each retry, at most 10 s).
 	RetryAfter func(int) time.Duration
 
 	// DrainOnClose makes Close deliver the way the engine does: it retries
@@ -177,7 +179,7 @@ func (c Config) options(cl *client, batchFields []byte) []native.Option {
 		AllowEmptyWriteKey: true,
 	}
 	if c.RetryAfter != nil {
-		compat.RetryDelay = c.RetryAfter
+		compat.RetryDelay = cl.retryDelay(c.RetryAfter)
 	}
 	opts := []native.Option{
 		native.WithLogger(cl.log),

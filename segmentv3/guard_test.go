@@ -261,3 +261,40 @@ func (l panicLogger) Errorf(string, ...interface{}) {
 	l.calls.Add(1)
 	panic("logger exploded")
 }
+
+// A RetryAfter that panics (it runs on the engine's consumers) is logged
+// with its stack, and its retry waits v3's default backoff instead:
+// 100 ms, then 200 ms.
+func TestPanickingRetryAfter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := &fakeAPI{status: func(n int) int { return []int{500, 500, 200}[min(n, 2)] }}
+		rec := &recorder{}
+		logs := &logLines{}
+		client, err := analytics.NewWithConfig("key", analytics.Config{
+			Transport: api, Callback: rec, Logger: logs,
+			RetryAfter: func(int) time.Duration { panic("retry policy exploded") },
+		})
+		require.NoError(t, err)
+		require.NoError(t, client.Enqueue(track("a")))
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		start := time.Now()
+		require.NoError(t, client.(interface{ Flush(context.Context) error }).Flush(ctx))
+		assert.Equal(t, 300*time.Millisecond, time.Since(start), "100 ms + 200 ms")
+		require.NoError(t, client.Close())
+		assert.Equal(t, 3, api.requests())
+		successes, failures := rec.byID()
+		assert.Equal(t, map[string]int{"a": 1}, successes)
+		assert.Empty(t, failures)
+		_, errs := logs.lines()
+		panics := 0
+		for _, l := range errs {
+			if strings.Contains(l, "Config.RetryAfter panicked") {
+				panics++
+				assert.Contains(t, l, "panic=retry policy exploded")
+				assert.Contains(t, l, "stack=goroutine")
+			}
+		}
+		assert.Equal(t, 2, panics)
+	})
+}
