@@ -3,7 +3,9 @@ package analytics
 import (
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -79,7 +81,7 @@ func TestCompatBodyFieldsAndNoLibrary(t *testing.T) {
 }
 
 func TestCompatBodyFieldsValidated(t *testing.T) {
-	for _, f := range []string{`"batch":[]`, `"sentAt":1`, `{"a":1}`, `"a":`, `,"a":1`, `"a":"` + strings.Repeat("x", MaxEventBytes) + `"`} {
+	for _, f := range []string{`"batch":[]`, `"sentAt":1`, `{"a":1}`, `"a":`, `,"a":1`, `"a":"` + strings.Repeat("x", maxBodyFields) + `"`} {
 		_, err := New("wk", compatOption(shared.Compat{BodyFields: []byte(f)}))
 		var ce *ConfigError
 		if !errors.As(err, &ce) || ce.Field != "BodyFields" {
@@ -204,4 +206,38 @@ func TestCompatFastCloseInFlight(t *testing.T) {
 			}
 		})
 	}
+}
+
+// AnyEndpoint and AnyWriteKey accept what segment v3 accepted: the request
+// goes to Endpoint + "/v1/batch" as given, with the key as given; without
+// them New refuses both.
+func TestCompatAnyEndpointAndWriteKey(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var got []string
+		rt := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			user, _, _ := r.BasicAuth()
+			got = append(got, r.URL.String(), user)
+			return &http.Response{StatusCode: 200, Body: io.NopCloser(strings.NewReader("{}")), Request: r}, nil
+		})
+		opts := []Option{WithEndpoint("https://api.example.com/v1/batch"), WithHTTPClient(&http.Client{Transport: rt})}
+		if _, err := New(" wk\n", opts...); err == nil {
+			t.Fatal("New accepted the key and endpoint without AnyWriteKey and AnyEndpoint")
+		}
+		c, err := New(" wk\n", append(opts, compatOption(shared.Compat{AnyEndpoint: true, AnyWriteKey: true}))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustTrack(t, c, "m1")
+		if err := closeClient(t, c, time.Second); err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"https://api.example.com/v1/batch/v1/batch", " wk\n"}
+		if !slices.Equal(got, want) {
+			t.Errorf("requests %q, want %q", got, want)
+		}
+		if shared.CheckEndpoint("https://api.example.com/v1/batch") == nil || shared.CheckEndpoint("https://api.example.com/") != nil {
+			t.Error("CheckEndpoint does not apply WithEndpoint's checks")
+		}
+	})
 }

@@ -8,6 +8,7 @@ import (
 
 	native "github.com/relaykit/analytics-go"
 	"github.com/relaykit/analytics-go/internal/shared"
+	"go.uber.org/zap"
 )
 
 // Version is the version of the v3 API this package reproduces: the value
@@ -164,14 +165,30 @@ var (
 // the engine's default. NativeOptions can change it.
 const v3MaxRetries = 10
 
-// options translates c into the engine's options; c has passed validate.
-// batchFields are the request body's extra top-level members.
+// v3RetryAfter is v3's wait before retry k+1 (k from 0) when
+// Config.RetryAfter is nil: its backoff's default, 100 ms × 2^k capped at
+// 10 s, without jitter. v3 also waited that long after its last attempt, so
+// over its 10 attempts a batch that never got through failed after 42.7 s;
+// the 10 retries here wait the same 10 waits.
+func v3RetryAfter(k int) time.Duration {
+	if k >= 7 { // 12.8 s and up: capped (and no shift overflows)
+		return 10 * time.Second
+	}
+	return min(100*time.Millisecond<<k, 10*time.Second)
+}
+
+// options translates c into the engine's options; c has passed validate
+// and accept. batchFields are the request body's extra top-level members.
 func (c Config) options(cl *client, batchFields []byte) []native.Option {
 	compat := shared.Compat{
-		BodyFields:         batchFields,
-		NoLibrary:          true,
-		FastClose:          !c.DrainOnClose,
-		AllowEmptyWriteKey: true,
+		BodyFields:  batchFields,
+		NoLibrary:   true,
+		FastClose:   !c.DrainOnClose,
+		AnyWriteKey: true,
+		AnyEndpoint: true,
+		RetryDelay:  v3RetryAfter,
+		SuccessName: "Callback.Success",
+		ErrorName:   "Callback.Failure",
 	}
 	if c.RetryAfter != nil {
 		compat.RetryDelay = c.RetryAfter
@@ -180,6 +197,7 @@ func (c Config) options(cl *client, batchFields []byte) []native.Option {
 		native.WithLogger(cl.log),
 		shared.CompatOption(compat).(native.Option),
 		native.WithMaxRetries(v3MaxRetries),
+		native.WithCloseTimeout(cl.closeTimeout),
 	}
 	if c.Endpoint != "" {
 		opts = append(opts, native.WithEndpoint(c.Endpoint))
@@ -202,6 +220,8 @@ func (c Config) options(cl *client, batchFields []byte) []native.Option {
 	return append(opts, c.NativeOptions...)
 }
 
+// validate refuses what v3's NewWithConfig refused (a negative Interval or
+// BatchSize) and a negative CloseTimeout, which v3 did not have.
 func (c Config) validate() error {
 	switch {
 	case c.Interval < 0:
@@ -212,4 +232,30 @@ func (c Config) validate() error {
 		return ConfigError{Reason: "negative time intervals are not supported", Field: "CloseTimeout", Value: c.CloseTimeout}
 	}
 	return nil
+}
+
+// accept returns c with what v3 accepted and the engine cannot take
+// brought into the engine's range, logging one warning for each value
+// that is wrong or changed. An Endpoint that is not an API base URL is
+// kept: requests go where v3 sent them, and fail there as they did.
+func (c Config) accept(log *zap.Logger) Config {
+	if c.Endpoint != "" {
+		var ce *native.ConfigError
+		if err := shared.CheckEndpoint(c.Endpoint); errors.As(err, &ce) {
+			log.Warn("analytics: Config.Endpoint "+ce.Reason+"; messages are posted to it + /v1/batch as v3 did, "+
+				"and each one that is not delivered there goes to Callback.Failure", zap.Any("endpoint", ce.Value))
+		}
+	}
+	if c.Interval > native.MaxFlushInterval {
+		log.Warn("analytics: Config.Interval is longer than the engine allows; using its maximum",
+			zap.Duration("interval", c.Interval), zap.Duration("used", native.MaxFlushInterval))
+		c.Interval = native.MaxFlushInterval
+	}
+	if c.BatchSize > native.MaxFlushAt {
+		log.Warn("analytics: Config.BatchSize is larger than the engine allows; using its maximum "+
+			"(a batch also closes before 500 000 bytes, as in v3)",
+			zap.Int("batchSize", c.BatchSize), zap.Int("used", native.MaxFlushAt))
+		c.BatchSize = native.MaxFlushAt
+	}
+	return c
 }

@@ -63,6 +63,7 @@ func TestProgramBadEndpointInTest(t *testing.T) {
 		assert.Equal(t, `Post "url/v1/batch": unsupported protocol scheme ""`, calls[0].err.Error(), "v3's error text")
 
 		info, _ := logs.lines()
+		t.Logf("logged: %q", info)
 		warned := 0
 		for _, l := range info {
 			if strings.Contains(l, "Config.Endpoint") {
@@ -74,11 +75,13 @@ func TestProgramBadEndpointInTest(t *testing.T) {
 }
 
 // Every other configuration v3's NewWithConfig accepted gives a client:
-// values the engine cannot take are logged once and either brought into
-// its range (Interval, BatchSize) or reach the API as v3 sent them
-// (Endpoint, write key, DefaultContext).
+// values the engine cannot take are logged once (never with the write key)
+// and either brought into its range (Interval, BatchSize) or reach the API
+// as v3 sent them (Endpoint, write key, DefaultContext); what could not
+// succeed with v3 either fails through Failure.
 func TestProgramConfigurationsV3Accepted(t *testing.T) {
 	big := &analytics.Context{Extra: map[string]interface{}{"blob": strings.Repeat("x", 40_000)}}
+	huge := &analytics.Context{Extra: map[string]interface{}{"blob": strings.Repeat("x", 460_000)}}
 	for _, tc := range []struct {
 		name   string
 		key    string
@@ -110,6 +113,11 @@ func TestProgramConfigurationsV3Accepted(t *testing.T) {
 			require.Equal(t, 1, api.requests())
 			ctx, _ := api.reqs[0].body["context"].(map[string]interface{})
 			assert.Len(t, ctx["blob"], 40_000, "the body's context as v3 sent it")
+			assert.NoError(t, calls[0].err)
+		}},
+		{"DefaultContext with no room for a message", "key", analytics.Config{DefaultContext: huge}, func(t *testing.T, api *fakeAPI, calls []outcome) {
+			assert.Zero(t, api.requests())
+			assert.ErrorContains(t, calls[0].err, "Config.DefaultContext encodes to")
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -125,9 +133,17 @@ func TestProgramConfigurationsV3Accepted(t *testing.T) {
 				require.NoError(t, client.Enqueue(track("1")))
 				require.NoError(t, client.Close())
 				info, _ := logs.lines()
-				require.NotEmpty(t, info, "one warning says what is wrong")
+				warned := 0
 				for _, l := range info {
 					assert.NotContains(t, l, "key\n", "never the write key")
+					if strings.Contains(l, "analytics: ") {
+						warned++
+					}
+				}
+				if tc.name == "DefaultContext over 32 KiB" {
+					assert.Zero(t, warned, "nothing is wrong: %q", info)
+				} else {
+					assert.Equal(t, 1, warned, "one warning says what is wrong: %q", info)
 				}
 				calls := rec.all()
 				require.Len(t, calls, 1)
@@ -234,11 +250,12 @@ func TestProgramCallbackBlocksAtClose(t *testing.T) {
 		start := time.Now()
 		err = client.Close()
 		took := time.Since(start)
+		t.Logf("Close: %v", err)
 		close(cb.release) // the callback's goroutine ends before the bubble does
 		assert.LessOrEqual(t, took, analytics.DefaultCloseTimeout+500*time.Millisecond)
 		require.ErrorIs(t, err, native.ErrShutdownInterrupted)
 		assert.Contains(t, err.Error(), "Callback.Success did not return")
-		assert.Contains(t, err.Error(), "2 message(s) still being reported")
+		assert.Contains(t, err.Error(), "2 event(s) still being reported")
 		assert.Contains(t, err.Error(), "Config.CloseTimeout (10s)")
 	})
 }
