@@ -132,6 +132,7 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 	if s.compat.FastClose {
 		c.stopRetries = new(atomic.Bool)
 	}
+	c.room.unpaced = s.compat.NoRetryAllowance
 	if s.disk != nil {
 		var replay int
 		c.disk, replay, err = openDurable(s.disk, s.logger)
@@ -290,7 +291,10 @@ const lastChance = 250 * time.Millisecond
 // Close returns no later than ctx's deadline plus 0.5 s. If the hand-back
 // callbacks (or a callback a consumer is running) have not finished by
 // then, Close returns anyway and they finish on their own goroutines; the
-// count in its error includes those events. A nil ctx means
+// count in its error includes those events, and the error names each
+// callback that had not returned with the number of events it was still
+// reporting ("OnSuccess did not return (2 event(s) still being
+// reported)"). A nil ctx means
 // context.Background(). Delivery failures are reported through OnError
 // only. A second Close returns ErrClosed.
 //

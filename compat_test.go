@@ -3,6 +3,7 @@ package analytics
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"slices"
@@ -240,4 +241,38 @@ func TestCompatAnyEndpointAndWriteKey(t *testing.T) {
 			t.Error("CheckEndpoint does not apply WithEndpoint's checks")
 		}
 	})
+}
+
+// NoRetryAllowance: every counted retry goes when its RetryDelay is over,
+// however many batches fail at once; without it the retry allowance paces
+// them (R63).
+func TestCompatNoRetryAllowance(t *testing.T) {
+	for _, unpaced := range []bool{false, true} {
+		t.Run(fmt.Sprint("NoRetryAllowance=", unpaced), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				api := newFakeAPI(func(int, seen) reply { return reply{status: 500} })
+				c := newTestClient(t, api, nil, WithFlushAt(1), WithMaxRetries(1), compatOption(shared.Compat{
+					RetryDelay: func(int) time.Duration { return time.Second }, NoRetryAllowance: unpaced,
+				}))
+				start := time.Now()
+				for i := range 40 {
+					mustTrack(t, c, fmt.Sprint(i))
+				}
+				if err := flush(t, c, time.Minute); err != nil {
+					t.Fatal(err)
+				}
+				reqs := api.requests()
+				if len(reqs) != 80 {
+					t.Fatalf("%d requests, want 80", len(reqs))
+				}
+				last := reqs[len(reqs)-1].at.Sub(start)
+				if unpaced && last != time.Second {
+					t.Errorf("last retry after %v, want every retry after its 1 s", last)
+				}
+				if !unpaced && last < 4*time.Second { // 20 tokens, then 5 per second
+					t.Errorf("last retry after %v, want the allowance to pace the 40 retries", last)
+				}
+			})
+		})
+	}
 }

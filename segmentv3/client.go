@@ -28,7 +28,9 @@ type Client interface {
 	// Config.DrainOnClose it retries with the normal policy instead. Either
 	// way it waits at most Config.CloseTimeout (DefaultCloseTimeout when
 	// zero): then it hands every message still without an outcome to
-	// Callback.Failure and returns an error that says how many there were;
+	// Callback.Failure and returns an error that says how many there were,
+	// and names a Callback method that had not returned (v3's Close waited
+	// for it forever) with the number of messages it was still reporting;
 	// it always returns within that bound plus 0.5 s. It returns nil when
 	// everything queued got its outcome in time (failures included: they
 	// are reported to Callback.Failure). Later calls return ErrClosed.

@@ -38,14 +38,18 @@ const DefaultCloseTimeout = 10 * time.Second
 // does a thing differently the field says what happens.
 type Config struct {
 	// Endpoint is the base URL of the tracking API (default
-	// DefaultEndpoint); messages are posted to Endpoint + "/v1/batch". It
-	// must be an absolute http or https URL.
+	// DefaultEndpoint); messages are posted to Endpoint + "/v1/batch" (one
+	// trailing slash of Endpoint removed). Any value is accepted, as in v3:
+	// one that is not an absolute http or https base URL is logged once as
+	// a warning, and requests still go to Endpoint + "/v1/batch", where they
+	// fail as v3's did (Callback.Failure gets the *url.Error).
 	Endpoint string
 
 	// Interval is how long a batch may wait for more messages after its
 	// first one before it is sent (default DefaultInterval). v3 sent on a
 	// fixed ticker instead; the longest wait is the same. Negative values
-	// fail NewWithConfig.
+	// fail NewWithConfig, as in v3; values over 24 h are logged and used as
+	// 24 h.
 	Interval time.Duration
 
 	// Transport makes the HTTP requests (default: the engine's own
@@ -66,7 +70,8 @@ type Config struct {
 
 	// BatchSize is the number of messages that closes a batch (default
 	// DefaultBatchSize). A batch is also closed before it reaches 500 000
-	// bytes. Negative values fail NewWithConfig.
+	// bytes. Negative values fail NewWithConfig, as in v3; values over
+	// 10 000 are logged and used as 10 000.
 	BatchSize int
 
 	// Verbose sends debug lines to Logger.Logf too. Without a Logger it
@@ -79,18 +84,21 @@ type Config struct {
 	// modified). Events carry only their own Context. A DefaultContext
 	// that cannot be encoded as JSON makes every message fail: Enqueue
 	// returns nil and Callback.Failure receives the *json.MarshalerError.
-	// One larger than 32 KiB of JSON fails NewWithConfig (it counts in
-	// every request's 500 000 bytes).
+	// It counts in every request's 500 000 bytes: one so large that no
+	// message of 32 KiB would fit beside it (about 440 KB of JSON) is
+	// logged once, and every message fails the same way.
 	DefaultContext *Context
 
 	// RetryAfter, when set, is the wait before each counted retry: the
 	// k-th retry of a batch waits RetryAfter(k-1), as in v3. Negative
 	// values count as 0, values above 12 h as 12 h. The default (nil) is
-	// the engine's backoff (0.5 s doubling up to 60 s, ±10 % jitter).
+	// v3's: 100 ms × 2^(k-1), capped at 10 s, without jitter, so a batch
+	// that never gets through fails after 42.7 s of waits, as in v3.
 	// Either way a batch makes at most 10 counted retries (see
 	// NativeOptions to change that), a usable Retry-After from the server
-	// is waited instead and counts as no retry, and responses that cannot
-	// succeed (most 4xx) are not retried.
+	// is waited instead and counts as no retry (v3 ignored it; see the
+	// migration guide for how that changes the time to Failure), and
+	// responses that cannot succeed (most 4xx) are not retried.
 	RetryAfter func(int) time.Duration
 
 	// DrainOnClose makes Close deliver the way the engine does: it retries
@@ -103,8 +111,8 @@ type Config struct {
 	// CloseTimeout bounds Client.Close (default DefaultCloseTimeout): Close
 	// returns within CloseTimeout plus 0.5 s, reporting every message it
 	// could not deliver by then to Callback.Failure. Without DrainOnClose it
-	// only matters when a request hangs. Negative values fail
-	// NewWithConfig. Not in v3.
+	// only matters when a request hangs or a Callback method does not
+	// return. Negative values fail NewWithConfig. Not in v3.
 	CloseTimeout time.Duration
 
 	// NativeOptions are options of the engine
@@ -187,8 +195,11 @@ func (c Config) options(cl *client, batchFields []byte) []native.Option {
 		AnyWriteKey: true,
 		AnyEndpoint: true,
 		RetryDelay:  v3RetryAfter,
-		SuccessName: "Callback.Success",
-		ErrorName:   "Callback.Failure",
+		// v3 retried each batch on its own schedule: a burst of failing
+		// batches must not wait longer than with v3 for its Failure calls.
+		NoRetryAllowance: true,
+		SuccessName:      "Callback.Success",
+		ErrorName:        "Callback.Failure",
 	}
 	if c.RetryAfter != nil {
 		compat.RetryDelay = c.RetryAfter

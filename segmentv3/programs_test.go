@@ -281,3 +281,29 @@ func TestVerboseStartLineStatesBounds(t *testing.T) {
 		assert.Contains(t, started, "maxRetries=10")
 	})
 }
+
+// A program that enqueues a burst of messages (BatchSize 1) while offline
+// and then waits for every callback: each message reaches Failure after
+// v3's 42.7 s, within ±20 %, as each of v3's batches retried on its own;
+// the engine's retry allowance does not stretch the waits.
+func TestProgramWaitsOnAllCallbacksOffline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := &refusingAPI{}
+		const n = 50
+		cb := failureSignal{failed: make(chan error, n)}
+		client, err := analytics.NewWithConfig("key", analytics.Config{Transport: api, Callback: cb, BatchSize: 1})
+		require.NoError(t, err)
+		start := time.Now()
+		for i := range n {
+			require.NoError(t, client.Enqueue(track(fmt.Sprint(i))))
+		}
+		want := v3TimeToFailure()
+		for i := range n {
+			require.Error(t, <-cb.failed)
+			took := time.Since(start)
+			assert.InDelta(t, want.Seconds(), took.Seconds(), 0.2*want.Seconds(), "Failure %d of %d after %v, v3's %v", i+1, n, took, want)
+		}
+		require.NoError(t, client.Close())
+		assert.Len(t, api.times(), n*11)
+	})
+}

@@ -49,6 +49,11 @@ type Compat struct {
 	// retryable outcome during Close fails the batch with its last error.
 	FastClose bool
 
+	// NoRetryAllowance lets every counted retry go when its wait is over,
+	// as each of segment v3's batches retried on its own: the client-wide
+	// retry allowance (docs/delivery.md R63) does not pace them.
+	NoRetryAllowance bool
+
 	// AnyWriteKey accepts any write key, as segment v3 did: empty, or with
 	// leading or trailing white space. It is sent as given.
 	AnyWriteKey bool
