@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -279,6 +280,9 @@ func TestVerboseStartLineStatesBounds(t *testing.T) {
 		assert.Contains(t, started, "closeTimeout=10s")
 		assert.NotContains(t, started, "closeTimeout=30s")
 		assert.Contains(t, started, "maxRetries=10")
+		assert.True(t, slices.ContainsFunc(info, func(l string) bool {
+			return strings.Contains(l, "retry are v3's, 100ms doubling up to 10s; Close waits for no retry")
+		}), "a line states the retry waits and Close's behaviour: %q", info)
 	})
 }
 
