@@ -209,6 +209,7 @@ func TestMisbehavingTransport(t *testing.T) {
 				require.NoError(t, flush(t, c, time.Minute))
 				require.NoError(t, closeClient(t, c, 5*time.Second))
 				took := time.Since(start)
+				synctest.Wait() // a body closed at the attempt's timeout is closed on a goroutine of its own
 
 				reqs := api.requests()
 				assert.Len(t, reqs, tc.requests, "requests")

@@ -128,6 +128,7 @@ func TestMisbehavingTransport(t *testing.T) {
 				require.NoError(t, client.(interface{ Flush(context.Context) error }).Flush(ctx))
 				require.NoError(t, client.Close())
 				took := time.Since(start)
+				synctest.Wait()
 
 				assert.Equal(t, tc.requests, api.requests(), "requests")
 				successes, failures := rec.byID()
