@@ -342,6 +342,11 @@ func WithOnSuccess(f func(events []Message)) Option {
 // last OnError call returns. With WithOnSuccess registered as well, every
 // event carries a copy made at enqueue instead (see Message), and OnError
 // gets those copies.
+//
+// To keep undelivered events and send them again later, write each with
+// json.Marshal (the wire format, one JSON object per line) and read it
+// back with UnmarshalMessage: it keeps MessageID and Timestamp, so the API
+// drops a repeat (see ExampleUnmarshalMessage).
 func WithOnError(f func(err error, events []Message)) Option {
 	return optionFunc(func(s *settings) { s.onError = f })
 }
