@@ -73,7 +73,7 @@ func (m *Alias) UnmarshalJSON(data []byte) error { return unmarshalInto(data, "a
 // not have (such as "sentAt") are ignored. The error says when data is
 // not one JSON object or its "type" is missing or unknown.
 func UnmarshalMessage(data []byte) (Message, error) {
-	s, err := decodeStored(data)
+	s, err := decodeStored(data, "UnmarshalMessage")
 	if err != nil {
 		return nil, err
 	}
@@ -123,16 +123,16 @@ func marshalMessage(m Message) ([]byte, error) {
 }
 
 // decodeStored reads exactly one JSON object into a storedMessage, with
-// numbers as json.Number.
-func decodeStored(data []byte) (*storedMessage, error) {
+// numbers as json.Number; fn names the caller in errors.
+func decodeStored(data []byte, fn string) (*storedMessage, error) {
 	var s storedMessage
 	d := json.NewDecoder(bytes.NewReader(data))
 	d.UseNumber()
 	if err := d.Decode(&s); err != nil {
-		return nil, fmt.Errorf("analytics: UnmarshalMessage: %w", err)
+		return nil, fmt.Errorf("analytics: %s: %w", fn, err)
 	}
 	if _, err := d.Token(); err != io.EOF {
-		return nil, errors.New("analytics: UnmarshalMessage: data after the JSON object (pass one event at a time)")
+		return nil, fmt.Errorf("analytics: %s: data after the JSON object (pass one event at a time)", fn)
 	}
 	return &s, nil
 }
@@ -142,7 +142,7 @@ func unmarshalInto[M Message](data []byte, typ string, dst *M) error {
 	if string(bytes.TrimSpace(data)) == "null" {
 		return nil // as encoding/json leaves a value given null
 	}
-	s, err := decodeStored(data)
+	s, err := decodeStored(data, typ+" UnmarshalJSON")
 	if err != nil {
 		return err
 	}
