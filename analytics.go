@@ -82,6 +82,7 @@ type Client struct {
 	consumers       sync.WaitGroup
 	ownTransport    *http.Transport // the transport New made, closed by Close; nil for WithHTTPClient
 	auth            *tokenSource    // WithOAuth's token goroutine; nil without OAuth
+	outage          *outageLog      // lines about a failing server (outage.go)
 }
 
 // New returns a started Client that sends to writeKey's source. Invalid
@@ -152,12 +153,13 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 		c.auth = newTokenSource(s.oauth, httpClient, &s, c.room)
 		c.auth.start(c.interrupt) // fetches the first token now (R50)
 	}
+	c.outage = &outageLog{log: c.log, q: c.q, room: c.room, disk: c.disk, stats: &c.settle.stats}
 	c.consumers.Add(s.Consumers)
 	for i := 0; i < s.Consumers; i++ {
 		w := &consumer{
 			q: c.q, room: c.room, sender: newSender(&s, httpClient), auth: c.auth, settle: c.settle,
 			policy: policy, log: c.log, interrupt: c.interrupt, retire: c.retire, onAttempt: s.attemptHook,
-			limits: lim,
+			limits: lim, outage: c.outage,
 		}
 		go func() {
 			defer c.consumers.Done()

@@ -29,6 +29,7 @@ type consumer struct {
 	onAttempt func(AttemptInfo) // WithAttemptHook; nil without (see observe.go)
 	limits    *limits           // what the server's refusals taught (isolate.go)
 	trying    chan struct{}     // the turn of an untried body size this consumer holds, nil if none (R69)
+	outage    *outageLog        // lines about a failing server (outage.go)
 }
 
 // retryPolicy is what the consumer needs of the configuration.
@@ -188,8 +189,9 @@ func (w *consumer) attempt(b *batch) {
 	}
 	switch v.outcome {
 	case outcomeDelivered:
-		w.room.succeeded(now) // R60–R62
+		line := w.room.succeeded(now) // R60–R62
 		w.settle.delivered(b)
+		w.outage.write(line) // R51
 	case outcomeSplit:
 		w.split(b, now) // R3: the server stored nothing
 	case outcomeFailed:
@@ -251,7 +253,7 @@ func (w *consumer) retryLater(b *batch, now time.Time) {
 		w.settle.failed(b, &DeliveryError{Reason: ErrBackoffDurationExceeded, Last: b.lastErr, Attempts: b.attempts})
 		return
 	}
-	k := w.room.failed(b) // R61: k restarts at every 2xx to anyone
+	k, line := w.room.failed(b, now) // R61: k restarts at every 2xx to anyone
 	d, custom := w.policy.compatDelay(b.retries)
 	if !custom {
 		d = w.policy.delay(k)
@@ -262,6 +264,7 @@ func (w *consumer) retryLater(b *batch, now time.Time) {
 	if !w.room.wait(b, now.Add(d)) {
 		w.settle.handBack(b, nil)
 	}
+	w.outage.write(line) // R51
 }
 
 // split answers a 413 (R3): b is cut into two halves, same events in the

@@ -363,7 +363,7 @@ func (w *consumer) splitTooMany(b *batch, now time.Time) bool {
 		return false // retryLater fails it with the budget's reason
 	}
 	w.limits.refusedCount(len(b.events))
-	w.room.failed(b) // a counted failure, for the server's health (R60, R61)
+	_, line := w.room.failed(b, now) // a counted failure, for the server's health (R60, R61)
 	first := b.retries
 	b.retries++
 	b.retryPending = true
@@ -373,6 +373,7 @@ func (w *consumer) splitTooMany(b *batch, now time.Time) bool {
 	b.cut = true
 	h1, h2 := w.halve(b)
 	w.park(h1, h2, now.Add(w.firstDelay(first)), now.Add(w.firstDelay(first)))
+	w.outage.write(line) // R51
 	return true
 }
 
