@@ -133,6 +133,7 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 			return nil, err
 		}
 		c.settle.disk = c.disk
+		c.settle.keep.Store(true) // hand-backs stay on disk, without a callback
 		q.onTake = c.disk.beforeBatch
 		c.disk.startReader(q, c.settle, replay) // read back, before any new event, as memory allows
 	}
@@ -330,15 +331,12 @@ func (c *Client) Close(ctx context.Context) error {
 	}
 
 	interrupted := false
+	var stopped error // why Close stopped waiting before ctx ended (durable mode)
 	if done := c.q.mark(); done != nil {
-		select {
-		case <-done:
-		case <-ctx.Done():
-			interrupted = true
-		}
+		interrupted, stopped = c.awaitOutcomes(ctx, done)
 	}
 	if interrupted {
-		c.cancelInterrupt() // interrupt waits and requests before consumers are retired
+		c.interruptDelivery() // interrupt waits and requests before consumers are retired
 	}
 	retireOnce()
 
@@ -349,7 +347,7 @@ func (c *Client) Close(ctx context.Context) error {
 		case <-exited:
 		case <-ctx.Done():
 			interrupted = true
-			c.cancelInterrupt()
+			c.interruptDelivery()
 		}
 	}
 	var grace <-chan time.Time
@@ -372,9 +370,8 @@ func (c *Client) Close(ctx context.Context) error {
 	if c.ownTransport != nil {
 		c.ownTransport.CloseIdleConnections() // no keep-alive goroutines outlive Close
 	}
-	var onDisk int64
 	if c.disk != nil {
-		onDisk = c.disk.stopReader() // kept on disk, counted, no callback (spill.go)
+		c.disk.stopReader() // kept on disk, counted, no callback (spill.go)
 	}
 	rest := c.q.drain()
 	waiting := c.room.close() // handed back batch by batch: each keeps its Last and Attempts
@@ -406,13 +403,19 @@ func (c *Client) Close(ctx context.Context) error {
 		}
 	}
 	c.settle.reportDrops(true)
+	keep := c.disk != nil && c.settle.keep.Load()
 	kept := ""
+	if n > 0 { // one line for every hand-back (R51)
+		if keep {
+			c.disk.onDiskNow.Store(n) // Stats.OnDisk: what Close left on disk
+			kept = " (kept in the disk buffer)"
+			c.log.Info("events handed back at shutdown", zap.Int64("events", n), zap.Bool("kept", true), zap.String("dir", c.disk.dir))
+		} else {
+			c.log.Warn("events handed back at shutdown", zap.Int64("events", n), zap.Bool("kept", false))
+		}
+	}
 	if c.disk != nil {
 		c.disk.close() // handed-back events stay on disk
-		kept = " (kept in the disk buffer)"
-		if onDisk > 0 {
-			kept = fmt.Sprintf(" (kept in the disk buffer; %d of them never left it and got no callback)", onDisk)
-		}
 	}
 	if n == 0 && !(interrupted && c.q.outstanding() > 0) {
 		return nil
@@ -422,11 +425,69 @@ func (c *Client) Close(ctx context.Context) error {
 			"derive it from context.Background(), e.g. context.WithTimeout(context.Background(), 10*time.Second)",
 			ErrShutdownInterrupted, n, kept, doneBefore)
 	}
+	if stopped != nil {
+		return fmt.Errorf("%w: %d event(s) handed back%s: %w", ErrShutdownInterrupted, n, kept, stopped)
+	}
 	if cause := context.Cause(ctx); cause != nil {
 		return fmt.Errorf("%w: %d event(s) handed back%s: %w", ErrShutdownInterrupted, n, kept, cause)
 	}
 	return fmt.Errorf("%w: %d event(s) handed back%s", ErrShutdownInterrupted, n, kept)
 }
+
+// awaitOutcomes waits until done (every accepted event has its outcome)
+// or ctx ends, and reports whether delivery must be interrupted. In
+// durable mode it also stops waiting when the server is not answering
+// (waitingRoom.notAnswering): what is undelivered is on disk and goes out
+// at the next start, so waiting out ctx would only delay the shutdown;
+// stopped then says why.
+func (c *Client) awaitOutcomes(ctx context.Context, done <-chan struct{}) (interrupt bool, stopped error) {
+	deadline, _ := ctx.Deadline()
+	for {
+		var changed <-chan struct{}
+		if c.disk != nil {
+			var down bool
+			var last error
+			if down, last, changed = c.room.notAnswering(deadline); down {
+				return true, &notAnsweringError{last}
+			}
+		}
+		select {
+		case <-done:
+			return false, nil
+		case <-ctx.Done():
+			return true, nil
+		case <-changed:
+		}
+	}
+}
+
+// interruptDelivery interrupts waits and requests at Close. In durable mode
+// it syncs the disk buffer first: the events handed back stay there without
+// a callback only if that sync succeeds; otherwise they get OnError with
+// ErrShutdownInterrupted, as without a disk buffer.
+func (c *Client) interruptDelivery() {
+	if c.disk != nil && c.settle.keep.Load() {
+		if err := c.disk.log.Sync(); err != nil {
+			c.settle.keep.Store(false)
+			c.log.Error("disk buffer: the last sync before the hand-back failed; handed-back events get OnError",
+				zap.String("dir", c.disk.dir), zap.Error(err))
+		}
+	}
+	c.cancelInterrupt()
+}
+
+// notAnsweringError says why Close, in durable mode, stopped waiting before
+// its context ended; it wraps the server's last error, if any.
+type notAnsweringError struct{ last error }
+
+func (e *notAnsweringError) Error() string {
+	if e.last == nil {
+		return "Close stopped waiting: the server's Retry-After outlasts Close's deadline"
+	}
+	return "Close stopped waiting: the server is not answering (last: " + e.last.Error() + ")"
+}
+
+func (e *notAnsweringError) Unwrap() error { return e.last }
 
 // closeTimeoutError is the cause of an interruption by CloseTimeout. It
 // matches context.DeadlineExceeded.

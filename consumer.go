@@ -157,6 +157,9 @@ func (w *consumer) attempt(b *batch) {
 	w.observe(b, start, resp, err)
 	b.attempts++
 	w.settle.stats.requests.Add(1)
+	if b.isolation != nil {
+		b.isolation.requests.Add(1)
+	}
 	now := time.Now()
 	if err != nil && w.interrupt.Err() != nil {
 		w.settle.handBack(b, err) // cancelled on the wire: the server may have it (R40)
@@ -275,8 +278,10 @@ func (w *consumer) retryLater(b *batch, now time.Time) {
 // budgets: counted retries used, first counted failure, failure streak. A
 // split is not a retry of its own and spends no budget.
 func (w *consumer) split(b *batch, now time.Time) {
+	if !b.cut { // one line per refused batch, not one per piece (R51)
+		w.log.Debug("batch answered 413: halving it until its events fit", zap.Int("events", len(b.events)))
+	}
 	b.rateLimited, b.retryPending, b.cut = false, false, true
-	w.log.Debug("batch answered 413: sending it again as two halves", zap.Int("events", len(b.events)))
 	first, second := w.halve(b) // isolate.go
 	w.park(first, second, now, now)
 }
