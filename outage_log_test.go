@@ -162,3 +162,72 @@ func TestOutageLogsNothingWhenHealthy(t *testing.T) {
 		}
 	})
 }
+
+// R51, R66: a 400 on a batch of ten events is halved until the events at
+// fault are alone, many requests; the logs say it in at most two lines,
+// whatever the number of requests: the halving (DEBUG) and one ERROR with
+// what the pieces came to.
+func TestIsolationLogsOneLine(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		bad            func(id string) bool
+		failed, good   int64
+		atLeastRequest int
+	}{
+		{"one event at fault", func(id string) bool { return id == "e3" }, 1, 9, 7},
+		{"every event at fault", func(string) bool { return true }, 10, 0, 15},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := newRecordingHandler(slog.LevelDebug)
+				api := newFakeAPI(func(_ int, r seen) reply {
+					for _, id := range r.ids {
+						if tc.bad(id) {
+							return reply{status: 400, body: `{"message":"bad event"}`}
+						}
+					}
+					return reply{status: 200}
+				})
+				cb := &callbacks{}
+				c := newTestClient(t, api, cb, WithSlog(slog.New(h)), WithFlushAt(10))
+				skip := len(h.all())
+				for i := range 10 {
+					mustTrack(t, c, fmt.Sprintf("e%d", i))
+				}
+				if err := closeClient(t, c, 10*time.Second); err != nil {
+					t.Fatalf("Close: %v", err)
+				}
+				if n := len(api.requests()); n < tc.atLeastRequest {
+					t.Fatalf("%d requests: the batch was not isolated", n)
+				}
+				failed := int64(0)
+				for _, e := range cb.errors() {
+					failed += int64(len(e.msgs))
+				}
+				if got := int64(len(cb.delivered())); got != tc.good || failed != tc.failed {
+					t.Errorf("%d delivered and %d failed, want %d and %d", got, failed, tc.good, tc.failed)
+				}
+				lines := linesSince(h, skip)
+				for _, l := range lines {
+					t.Log(l)
+				}
+				var errs []logLine
+				for _, l := range lines {
+					if l.level >= slog.LevelWarn {
+						errs = append(errs, l)
+					}
+				}
+				if len(lines) > 2 || len(errs) != 1 {
+					t.Fatalf("%d lines, %d at WARN or above, for %d requests: want at most 2, one ERROR", len(lines), len(errs), len(api.requests()))
+				}
+				e := errs[0]
+				if e.level != slog.LevelError || e.attrs["events"] != tc.failed || e.attrs["ofBatch"] != int64(10) ||
+					e.attrs["delivered"] != tc.good || e.attrs["requests"] != int64(len(api.requests())) ||
+					!strings.Contains(fmt.Sprint(e.attrs["error"]), "400") {
+					t.Errorf("the line %v: want ERROR with %d of 10 events failed, %d delivered, %d requests, the 400",
+						e, tc.failed, tc.good, len(api.requests()))
+				}
+			})
+		})
+	}
+}
