@@ -41,8 +41,9 @@ var _ Tracker = (*Client)(nil)
 // empty, and queue it without blocking and without I/O (in durable mode,
 // see WithDiskBuffer, with one append to the disk buffer). A nil error means
 // the event was accepted: it will get exactly one disposition, reported
-// through the callbacks (in durable mode, except an event Close leaves on
-// disk without reading it back: see WithDiskBuffer). An error means it was
+// through the callbacks (in durable mode an event Close keeps on disk gets
+// its callback from the client that later sends it: see WithDiskBuffer).
+// An error means it was
 // rejected: it is never sent and gets no callback. The client keeps nothing
 // of the caller's message, maps included (see Message), so the caller may
 // reuse or change it after the call.
@@ -290,10 +291,22 @@ const lastChance = 250 * time.Millisecond
 // context.Background(). Delivery failures are reported through OnError
 // only. A second Close returns ErrClosed.
 //
-// In durable mode (WithDiskBuffer) the handed-back events stay on disk:
-// their DeliveryError has Kept set, Close's error says "kept in the disk
-// buffer", and the next client on the directory sends them. Close then
-// syncs and closes the disk buffer and releases its lock.
+// In durable mode (WithDiskBuffer) the events without an outcome stay on
+// disk instead of being handed back through OnError: they get no callback
+// (the client that later sends them calls theirs), Close's error says
+// "N event(s) handed back (kept in the disk buffer)", Stats.OnDisk counts
+// them, and the next client on the directory sends them. Close also stops
+// waiting, before ctx ends, once the server is not answering: at least
+// three of its recent answers, and at least half of them, were counted
+// failures (5xx, 408, 410, 429 or 460 without a usable Retry-After,
+// network errors, timeouts; or four in a row over a second or more), none
+// was a 2xx since, and the latest answer of all is such a failure; or its
+// Retry-After shuts the gate until ctx's deadline or later. It then
+// cancels the requests in flight (their events stay on disk too) and its
+// error says "the server is not answering", wrapping the last error.
+// Close then syncs and closes the disk buffer and releases its lock; if
+// that sync fails before the hand-back, the events get OnError as in
+// memory mode.
 func (c *Client) Close(ctx context.Context) error {
 	if ctx == nil {
 		ctx = context.Background()
@@ -437,7 +450,7 @@ func (c *Client) Close(ctx context.Context) error {
 // awaitOutcomes waits until done (every accepted event has its outcome)
 // or ctx ends, and reports whether delivery must be interrupted. In
 // durable mode it also stops waiting when the server is not answering
-// (waitingRoom.notAnswering): what is undelivered is on disk and goes out
+// (R72, waitingRoom.notAnswering): what is undelivered is on disk and goes out
 // at the next start, so waiting out ctx would only delay the shutdown;
 // stopped then says why.
 func (c *Client) awaitOutcomes(ctx context.Context, done <-chan struct{}) (interrupt bool, stopped error) {

@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// docs/delivery.md §7: in durable mode, Close during an outage does not wait
+// R72: in durable mode, Close during an outage does not wait
 // out its deadline. Once the server is not answering (failing, and its
 // latest answer a failure), every event without an outcome — queued,
 // waiting for a retry, on the wire (the request is cancelled) or on disk

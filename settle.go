@@ -246,7 +246,7 @@ func (s *settler) reportDrops(final bool) {
 type Stats struct {
 	Delivered         int64 // events answered 2xx
 	Failed            int64 // events reported to OnError as failed
-	HandedBack        int64 // events handed back at shutdown (ErrShutdownInterrupted)
+	HandedBack        int64 // events handed back at shutdown (ErrShutdownInterrupted); in durable mode kept on disk, without a callback
 	RejectedQueueFull int64 // enqueue calls rejected with ErrQueueFull
 	Pending           int64 // accepted events without a disposition yet
 	Batches           int64 // batches delivered
@@ -281,8 +281,8 @@ type Stats struct {
 	Spilled int64 // events accepted while memory was full (or events were already on disk only), written to the disk buffer only and read back later
 	// OnDisk is not cumulative: the accepted and replayed events that are
 	// on disk only now, waiting to be read back into memory. After Close
-	// it is the number Close left there without reading them back: kept
-	// for the next client, counted in HandedBack, and given no callback.
+	// it is the number Close kept there for the next client (in memory or
+	// on disk only before), counted in HandedBack and given no callback.
 	OnDisk int64
 	// DiskBytes is not cumulative either: what the disk buffer's files take
 	// now (the active segment at its preallocated size), which
