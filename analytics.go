@@ -477,7 +477,7 @@ func (c *Client) awaitOutcomes(ctx context.Context, done <-chan struct{}) (inter
 		if c.disk != nil {
 			var down bool
 			var last error
-			if down, last, changed = c.room.notAnswering(deadline); down {
+			if down, changed, last = c.room.notAnswering(deadline); down {
 				return true, &notAnsweringError{last}
 			}
 		}

@@ -172,13 +172,13 @@ func (r *waitingRoom) backlog(now time.Time) (batches, events int, next time.Dur
 // latest answer of all was a counted failure; or the rate-limit gate is
 // shut until deadline or later (a zero deadline: never so). Otherwise it
 // returns a channel closed at the next counted failure or Retry-After,
-// when it may have become so. err is the last counted failure's error.
-func (r *waitingRoom) notAnswering(deadline time.Time) (yes bool, err error, changed <-chan struct{}) {
+// when it may have become so. last is the last counted failure's error.
+func (r *waitingRoom) notAnswering(deadline time.Time) (yes bool, changed <-chan struct{}, last error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	o := &r.outage
 	if o.on && r.health.seen > 0 && r.health.recent&1 == 1 {
-		return true, o.lastErr, nil
+		return true, nil, o.lastErr
 	}
 	if !r.deadline.IsZero() && !deadline.IsZero() && !r.deadline.Before(deadline) {
 		return true, nil, nil
@@ -186,7 +186,7 @@ func (r *waitingRoom) notAnswering(deadline time.Time) (yes bool, err error, cha
 	if o.changed == nil {
 		o.changed = make(chan struct{})
 	}
-	return false, nil, o.changed
+	return false, o.changed, nil
 }
 
 // outageLog writes the lines about a failing server, with what is held:
