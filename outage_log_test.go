@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"testing/synctest"
@@ -230,4 +231,58 @@ func TestIsolationLogsOneLine(t *testing.T) {
 			})
 		})
 	}
+}
+
+// R51: a server that fails three requests in four for 70 s is one outage,
+// not one per 2xx: a warning when it starts, one every 30 s, and the line
+// that it answers again only once it does (after 70 s), so at most four
+// lines.
+func TestOutageLogsAFlakyServerAsOneOutage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newRecordingHandler(slog.LevelDebug)
+		start := time.Now()
+		var mu sync.Mutex
+		answers := 0
+		api := newFakeAPI(func(_ int, r seen) reply {
+			if r.at.Sub(start) >= 70*time.Second {
+				return reply{status: 200}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			answers++
+			if answers%4 == 0 {
+				return reply{status: 200}
+			}
+			return reply{status: 503}
+		})
+		cb := &callbacks{}
+		c := newTestClient(t, api, cb, WithSlog(slog.New(h)), WithFlushAt(10))
+		skip := len(h.all())
+		ids := produce(t, c, "f", 20*time.Millisecond, 90*time.Second)
+		if err := closeClient(t, c, 10*time.Second); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		if got := len(cb.delivered()); got != len(ids) {
+			t.Errorf("%d of %d events delivered", got, len(ids))
+		}
+		lines := linesSince(h, skip)
+		for _, l := range lines {
+			t.Log(l)
+		}
+		if len(lines) < 3 || len(lines) > 4 {
+			t.Fatalf("%d lines, want 3 or 4: the start, one or two every 30 s, the end", len(lines))
+		}
+		for i, l := range lines[:len(lines)-1] {
+			if l.level != slog.LevelWarn || !strings.Contains(l.msg, "failing") {
+				t.Errorf("line %d %v: want a warning that the server fails", i, l)
+			}
+		}
+		last := lines[len(lines)-1]
+		if last.level != slog.LevelInfo || !strings.Contains(last.msg, "answering again") {
+			t.Errorf("last line %v: want the information that it answers again", last)
+		}
+		if d := durationAttr(last.attrs["failedFor"]); d < 65*time.Second {
+			t.Errorf("it failed for %v by the last line, want about 70 s", d)
+		}
+	})
 }
