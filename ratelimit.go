@@ -122,13 +122,13 @@ func (h *health) allowed(now time.Time) time.Duration {
 	return time.Duration((1 - h.tokens) / allowanceRate * float64(time.Second))
 }
 
-// failed records a counted failure of b (R60) at now and returns the k of
-// its next wait, and the line due about a failing server (outage.go), if
-// any: b's counted failures since the server last answered 2xx to any
-// batch (R61), or 1 while the recent answers other than b's own streak show
-// a healthy server (R63), so that a batch unlucky on its own against a
-// server that answers most requests does not sit out growing waits, even
-// when it is the last one left and its own failures fill the window.
+// failed records a counted failure of b (R60) at now. It returns the k of
+// its next wait — b's counted failures since the server last answered 2xx
+// to any batch (R61), or 1 while the recent answers other than b's own
+// streak show a healthy server (R63), so that a batch unlucky on its own
+// against a server that answers most requests does not sit out growing
+// waits, even when it is the last one left and its own failures fill the
+// window — and the line due about a failing server (outage.go), if any.
 func (r *waitingRoom) failed(b *batch, now time.Time) (k int, line outageLine) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
