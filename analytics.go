@@ -436,7 +436,11 @@ func (c *Client) Close(ctx context.Context) error {
 		if keep {
 			c.disk.onDiskNow.Store(n) // Stats.OnDisk: what Close left on disk
 			kept = " (kept in the disk buffer)"
-			c.log.Info("events handed back at shutdown", zap.Int64("events", n), zap.Bool("kept", true), zap.String("dir", c.disk.dir))
+			fields := []zap.Field{zap.Int64("events", n), zap.Bool("kept", true), zap.String("dir", c.disk.dir)}
+			if stopped != nil {
+				fields = append(fields, zap.NamedError("reason", stopped)) // the server is not answering (R72)
+			}
+			c.log.Info("events handed back at shutdown", fields...)
 		} else {
 			c.log.Warn("events handed back at shutdown", zap.Int64("events", n), zap.Bool("kept", false))
 		}
