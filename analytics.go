@@ -111,6 +111,9 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 	lim := newLimits(q, s.writeKey)
 	cfg := s.Config
 	cfg.Endpoint = redactURL(cfg.Endpoint) // safe in every form: %+v, JSON, slog, zap.Any
+	if s.disk != nil {
+		cfg.DiskBuffer, cfg.DiskLimit = s.disk.dir, s.disk.limit
+	}
 	c := &Client{
 		cfg:  cfg,
 		log:  s.logger,

@@ -113,15 +113,25 @@ type Config struct {
 	// CloseTimeout bounds a Close whose context has no deadline
 	// (WithCloseTimeout); 0 means nothing does.
 	CloseTimeout time.Duration
+	// DiskBuffer is the directory of the disk buffer (WithDiskBuffer): not
+	// empty exactly when the client is in durable mode.
+	DiskBuffer string
+	// DiskLimit is the most bytes the disk buffer's files may take
+	// (WithDiskLimit); 0 when DiskBuffer is empty.
+	DiskLimit int64
 }
 
 // String renders the configuration on one line for logs; user information
 // in the endpoint URL (a password) is shown as xxxxx.
 func (c Config) String() string {
+	disk := "diskBuffer=off"
+	if c.DiskBuffer != "" {
+		disk = fmt.Sprintf("diskBuffer=%q diskLimit=%d", c.DiskBuffer, c.DiskLimit)
+	}
 	return fmt.Sprintf("endpoint=%s flushAt=%d flushInterval=%s queueCapacity=%d consumers=%d httpTimeout=%s "+
-		"maxRetries=%d maxTotalBackoffDuration=%s maxRateLimitDuration=%s gzip=%t eventSentAt=%t closeTimeout=%s",
+		"maxRetries=%d maxTotalBackoffDuration=%s maxRateLimitDuration=%s gzip=%t eventSentAt=%t closeTimeout=%s %s",
 		redactURL(c.Endpoint), c.FlushAt, c.FlushInterval, c.QueueCapacity, c.Consumers, c.HTTPTimeout,
-		c.MaxRetries, c.MaxTotalBackoffDuration, c.MaxRateLimitDuration, c.Gzip, c.EventSentAt, c.CloseTimeout)
+		c.MaxRetries, c.MaxTotalBackoffDuration, c.MaxRateLimitDuration, c.Gzip, c.EventSentAt, c.CloseTimeout, disk)
 }
 
 // ConfigError reports an invalid option given to New. Field names the
@@ -335,6 +345,11 @@ func WithOnSuccess(f func(events []Message)) Option {
 // last OnError call returns. With WithOnSuccess registered as well, every
 // event carries a copy made at enqueue instead (see Message), and OnError
 // gets those copies.
+//
+// To keep undelivered events and send them again later, write each with
+// json.Marshal (the wire format, one JSON object per line) and read it
+// back with UnmarshalMessage: it keeps MessageID and Timestamp, so the API
+// drops a repeat (see ExampleUnmarshalMessage).
 func WithOnError(f func(err error, events []Message)) Option {
 	return optionFunc(func(s *settings) { s.onError = f })
 }
