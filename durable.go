@@ -162,9 +162,14 @@ func WithSegmentSize(bytes int64) DiskOption {
 // to the operating system before the enqueue call returns, so it survives
 // the process dying at any instant; the fsync policy (WithFsync) bounds
 // what a power loss can lose. Delivered and failed events are
-// acknowledged in the log and their space reclaimed a segment at a time;
-// events handed back by Close stay on disk (their DeliveryError has
-// Kept set). New sends the events an earlier client left in dir before
+// acknowledged in the log (after their callback: a crash between the two
+// repeats the callback at the next start, never loses it) and their space
+// reclaimed a segment at a time; events without an outcome at Close stay
+// on disk and get no callback then (see Client.Close). So a callback, in
+// whichever client it runs, is each event's final outcome: an OnError
+// that writes a dead-letter file sees each failed event once, and never
+// an event that is only waiting on disk. New sends the events an earlier
+// client left in dir before
 // any new one, with the same messageIds; callbacks receive them as
 // messages decoded from the stored JSON. One client at a time may use dir:
 // New fails with ErrDiskBufferLocked otherwise. dir must be private to the
@@ -180,10 +185,9 @@ func WithSegmentSize(bytes int64) DiskOption {
 // they were accepted, replayed ones first; their callbacks get messages
 // decoded from the stored JSON. New does not load the replayed events
 // either: they are read back the same way. Flush and Close wait for
-// events on disk only like any other. An event still on disk only when
-// Close's deadline hands back stays there for the next client and gets no
-// callback: Close's error says how many, and they are counted in
-// Stats.HandedBack and Stats.OnDisk.
+// events on disk only like any other, and Close keeps them there like
+// the events in memory: Close's error says how many it kept, and they are
+// counted in Stats.HandedBack and Stats.OnDisk.
 //
 // An enqueue call then costs one append to the log more; it returns an
 // error matching ErrQueueFull past the disk limit (WithDiskLimit; the
@@ -262,11 +266,11 @@ func openDurable(d *diskSettings, zlog *zap.Logger) (*durable, int, error) {
 	dur := &durable{log: log, dir: d.dir, policy: d.policy, zlog: zlog, stop: make(chan struct{}), observer: d.syncObserver,
 		wake: make(chan struct{}, 1), readStop: make(chan struct{}), readDone: make(chan struct{})}
 	dur.replayed.Store(int64(n))
-	if st := log.Stats(); st != (diskbuf.Stats{}) || n > 0 {
-		zlog.Info("disk buffer opened", zap.String("dir", d.dir), zap.Int("replayed", n),
-			zap.Int("torn", st.Torn), zap.Int("corrupt", st.Corrupt),
-			zap.Int("missingSegments", st.Missing), zap.Int("skippedEntries", st.Skipped))
-	}
+	st := log.Stats() // logged at every start, so that durable mode shows in the logs
+	zlog.Info("disk buffer opened", zap.String("dir", d.dir), zap.Int("replayed", n),
+		zap.Int64("bytes", log.Size()), zap.Int64("limit", d.limit),
+		zap.Int("torn", st.Torn), zap.Int("corrupt", st.Corrupt),
+		zap.Int("missingSegments", st.Missing), zap.Int("skippedEntries", st.Skipped))
 	if d.policy == FsyncInterval {
 		dur.stopped.Add(1)
 		go dur.syncEvery(d.interval)

@@ -50,8 +50,9 @@ var (
 // simRegression holds scenarios that once failed, as printed; they run on
 // every CI run, whatever -sim.faults says.
 var simRegression = []string{
-	// Close(1 ms) while a slow OnError reported a 400: Close returned
-	// "shutdown interrupted: 0 event(s) handed back" instead of nil (R39).
+	// Close(1 ms) while a slow OnError reported a 400: Close returns
+	// "shutdown interrupted: 0 event(s) handed back; OnError did not
+	// return" (R39 says so since; it once said nil, which no code did).
 	// Close(1 s) while consumers ran 2 s callbacks: a consumer that had
 	// waited for its turn (R69) sent a request 1.6 s after Close returned
 	// (R38, R39).

@@ -747,7 +747,8 @@ type simRun struct {
 	mu       sync.Mutex
 	enq      []simEnqueue
 	out      []simOutcome
-	calls    int // callback calls
+	calls     int            // callback calls
+	callSpans [][2]time.Time // each callback call's start and return
 	successC int // OnSuccess calls
 	flushes  []simTimed
 	close    simTimed
@@ -781,6 +782,12 @@ func simExecute(sc simScenario, faults map[string]bool) *simRun {
 		run.mu.Lock()
 		run.calls++
 		n := run.calls
+		run.callSpans = append(run.callSpans, [2]time.Time{time.Now()})
+		defer func() {
+			run.mu.Lock()
+			run.callSpans[n-1][1] = time.Now()
+			run.mu.Unlock()
+		}()
 		if err == nil {
 			run.successC++
 		}
