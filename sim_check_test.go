@@ -253,7 +253,7 @@ func simCheck(run *simRun) []simViolation {
 		}
 		return false
 	}
-	if sc.CallbackSlowMS == 0 {
+	if sc.CallbackSlowMS == 0 && !sc.Durable { // (durable: events on disk only are read back later, R70)
 		for ai, a := range atts {
 			if a.header.Get("X-Retry-Count") != "" || len(a.ids) == 0 {
 				continue
@@ -677,7 +677,7 @@ func simCheck(run *simRun) []simViolation {
 		}
 	}
 	// Without OnSuccess a delivery is seen at the server only: the 2xx.
-	outcomeAt := func(id string) (time.Time, bool) {
+	settledAt := func(id string) (time.Time, bool) {
 		if len(outs[id]) > 0 {
 			return outs[id][0].at, true
 		}
@@ -686,10 +686,26 @@ func simCheck(run *simRun) []simViolation {
 		}
 		return time.Time{}, false
 	}
+	// Durable: an event Close keeps on disk has that as its outcome
+	// (handed back without a callback), when Close returns.
+	outcomeAt := func(id string) (time.Time, bool) {
+		if at, ok := settledAt(id); ok || !sc.Durable {
+			return at, ok
+		}
+		return run.close.done, !run.close.done.IsZero()
+	}
+	kept := 0 // durable: accepted events the first client left on disk
 	for id := range accepted {
-		if _, ok := outcomeAt(id); !ok {
+		if _, ok := settledAt(id); !ok {
+			if sc.Durable {
+				kept++
+				continue
+			}
 			bad("INV1", "%s accepted but has no outcome (Close returned %v)", id, run.closeErr)
 		}
+	}
+	if sc.Durable {
+		vs = append(vs, simCheckDurable(run, accepted, settledAt, outs)...)
 	}
 	// Enqueue results (section 3, R43, R45, R65).
 	for _, e := range run.enq {
@@ -715,7 +731,7 @@ func simCheck(run *simRun) []simViolation {
 			bad("R42", "%s: a valid event was rejected with %v", e.id, e.err)
 		}
 	}
-	if bound := sc.QueueCapacity + sc.Consumers*sc.FlushAt; sc.OnSuccess && run.held > bound {
+	if bound := sc.QueueCapacity + sc.Consumers*sc.FlushAt; sc.OnSuccess && !sc.Durable && run.held > bound {
 		bad("R43", "%d accepted events without an outcome, more than QueueCapacity + Consumers × FlushAt = %d", run.held, bound)
 	}
 
@@ -814,13 +830,13 @@ func simCheck(run *simRun) []simViolation {
 	check("RejectedTooLarge", st.RejectedTooLarge, nLarge)
 	check("RejectedClosed", st.RejectedClosed, nClosed)
 	check("Failed", st.Failed, int64(nFailed))
-	check("HandedBack", st.HandedBack, int64(nBack))
+	check("HandedBack", st.HandedBack, int64(nBack+kept))
 	check("Pending", st.Pending, 0)
 	if sc.OnSuccess {
 		check("Delivered", st.Delivered, int64(nDelivered))
 		check("Batches", st.Batches, int64(run.successC))
 	} else {
-		check("Delivered", st.Delivered, nAcc-int64(nFailed+nBack))
+		check("Delivered", st.Delivered, nAcc-int64(nFailed+nBack+kept))
 	}
 	check("Requests", st.Requests, int64(len(atts)))
 	if st.Retries > int64(countedSends) || st.Retries < int64(countedSends-sc.Consumers) {
@@ -898,4 +914,71 @@ func simProducerOf(id string) (string, int) {
 func simIndex(id string) string {
 	_, i := simProducerOf(id)
 	return strconv.Itoa(i)
+}
+
+// simCheckDurable checks the second client on the directory: every event
+// the first one kept is sent again with its messageId and settled there,
+// each accepted event has exactly one callback over both clients, and
+// nothing else is replayed (docs/durable.md; no crash here).
+func simCheckDurable(run *simRun, accepted map[string]time.Time, outcomeAt func(string) (time.Time, bool), outs map[string][]simOutcome) []simViolation {
+	var vs []simViolation
+	bad := func(rule, f string, a ...any) {
+		if len(vs) < 10 {
+			vs = append(vs, simViolation{rule, fmt.Sprintf(f, a...)})
+		}
+	}
+	if run.server2 == nil {
+		return vs
+	}
+	if run.close2 != nil {
+		bad("R70", "the second client on the directory: %v", run.close2)
+		return vs
+	}
+	sent := map[string]bool{}
+	for _, r := range run.server2.requests() {
+		if r.status >= 200 && r.status <= 299 {
+			for _, id := range r.ids {
+				sent[id] = true
+			}
+		}
+	}
+	got := map[string]int{}
+	for _, o := range run.out2 {
+		got[o.id]++
+		if o.err != nil {
+			bad("R70", "%s: replayed against a server that answers 200, it got %v", o.id, o.err)
+		}
+	}
+	want := 0
+	for id := range accepted {
+		_, settled := outcomeAt(id)
+		switch {
+		case !settled:
+			want++
+			if got[id] != 1 || !sent[id] {
+				bad("R70", "%s was kept on disk by the first client; the next one settled it %d times (sent: %v)", id, got[id], sent[id])
+			}
+		case got[id] > 0:
+			// Allowed once for a callback still running when Close
+			// returned: its acknowledgement came too late (durable.md).
+			late := false
+			for _, o := range outs[id] {
+				sp := run.callSpans[o.callIdx-1]
+				late = late || sp[1].After(run.close.done)
+			}
+			if !late || got[id] > 1 {
+				bad("INV1", "%s had its outcome in the first client and a callback again in the next", id)
+			}
+			want++
+		}
+	}
+	for id := range got {
+		if _, ok := accepted[id]; !ok {
+			bad("INV1", "the next client reported %s, which was never accepted", id)
+		}
+	}
+	if st := run.stats2; st.Replayed != int64(want) || st.Delivered != int64(want) || st.Pending != 0 {
+		bad("Stats", "the next client: Replayed %d, Delivered %d, Pending %d; the first kept %d", st.Replayed, st.Delivered, st.Pending, want)
+	}
+	return vs
 }

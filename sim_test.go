@@ -40,7 +40,9 @@ var (
 	simSeed      = flag.Uint64("sim.seed", 0, "simulation: run this seed only")
 	simSeeds     = flag.Int("sim.seeds", 0, "simulation: run seeds 1..N (default: the CI set)")
 	simScenarioF = flag.String("sim.scenario", "", "simulation: run this scenario (JSON, as a failure prints it)")
-	simFaults    = flag.String("sim.faults", "all", "simulation: fault classes to draw from: all, none, or a comma list of "+faultMisbehave+","+faultSmallLimit)
+	// durable is left out by default: it finds an event lost between two
+	// clients on a directory (CONTRIBUTING.md), not fixed yet.
+	simFaults    = flag.String("sim.faults", faultMisbehave+","+faultSmallLimit, "simulation: fault classes to draw from: all, none, or a comma list of "+faultMisbehave+","+faultSmallLimit+","+faultDurable)
 	simMinWait   = flag.Duration("sim.minwait", 0, "simulation: the shortest counted wait the checker allows (default: the documented one)")
 	simShrinkFor = flag.Duration("sim.shrinktime", 90*time.Second, "simulation: time to spend shrinking a failure (0: none)")
 	simWorkers   = flag.Int("sim.workers", 2, "simulation: child processes running seeds")
@@ -71,7 +73,7 @@ func simFaultSet() map[string]bool {
 	m := map[string]bool{}
 	switch *simFaults {
 	case "all":
-		m[faultMisbehave], m[faultSmallLimit] = true, true
+		m[faultMisbehave], m[faultSmallLimit], m[faultDurable] = true, true, true
 	case "none", "":
 	default:
 		for _, f := range strings.Split(*simFaults, ",") {
@@ -323,10 +325,15 @@ func simChild(t *testing.T) {
 		}
 		var vs []simViolation
 		var run *simRun
+		dir, err := os.MkdirTemp("", "sim-disk-")
+		if err != nil {
+			t.Fatal(err)
+		}
 		synctest.Test(t, func(*testing.T) {
-			run = simExecute(sc, faults)
+			run = simExecute(sc, faults, dir)
 			vs = simCheck(run)
 		})
+		_ = os.RemoveAll(dir)
 		if os.Getenv("SIM_DUMP") != "" {
 			simDump(run)
 		}

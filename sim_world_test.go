@@ -27,6 +27,7 @@ import (
 const (
 	faultMisbehave  = "misbehave"  // transports that return nil bodies, fail or panic in Read, Close, RoundTrip
 	faultSmallLimit = "smalllimit" // body limits under 16 KiB
+	faultDurable    = "durable"    // durable mode, and a second client on the directory
 )
 
 // simScenario is one seed's world, as plain data: it is printed, shrunk
@@ -64,6 +65,11 @@ type simScenario struct {
 	// 500 on its first UnluckyTimes attempts, whatever the others get.
 	UnluckyEvery int `json:"unluckyEvery,omitempty"`
 	UnluckyTimes int `json:"unluckyTimes,omitempty"`
+
+	// Durable mode: a disk buffer in a fresh directory; after Close a
+	// second client opens it against a server that answers 200 and must
+	// send every event the first one kept (docs/durable.md).
+	Durable bool `json:"durable,omitempty"`
 
 	Flushes   []simCall `json:"flushes,omitempty"`
 	CloseAtMS int       `json:"closeAtMs"`
@@ -217,6 +223,7 @@ func simGenerate(seed uint64, faults map[string]bool) simScenario {
 		}
 		s.HoldMaxMS, s.BodyLimit, s.BodyLimit2, s.EventLimit, s.CallbackSlowMS = 0, 0, 0, 0, 0
 	}
+	s.Durable = maybe(0.12) && faults[faultDurable]
 	for range r.IntN(4) {
 		s.Flushes = append(s.Flushes, simCall{AtMS: r.IntN(30000), Ctx: []string{"timeout", "timeout", "done", "background"}[r.IntN(4)], MS: pick(10, 500, 5000, 60000)})
 	}
@@ -327,6 +334,8 @@ type simServer struct {
 	faults map[string]bool
 	start  time.Time
 	auth   string
+
+	allOK bool // the second client's server in durable mode: 200 to everything
 
 	mu   sync.Mutex
 	reqs []*simRequest
@@ -531,8 +540,8 @@ func (s *simServer) RoundTrip(req *http.Request) (*http.Response, error) {
 		poisoned = poisoned || strings.HasPrefix(id, "x")
 	}
 	switch {
-	case rec.host != "api.test":
-		kind = "ok" // never reached by a correct client (R11); the checker says so
+	case rec.host != "api.test" || s.allOK:
+		kind = "ok" // (another host: never reached by a correct client, R11; the checker says so)
 	case limit > 0 && len(body) > limit:
 		kind = "413"
 	case s.sc.EventLimit > 0 && len(rec.ids) > s.sc.EventLimit:
@@ -551,7 +560,7 @@ func (s *simServer) RoundTrip(req *http.Request) (*http.Response, error) {
 
 	status, header, text := 200, http.Header{}, "{}"
 	var hold time.Duration
-	if s.sc.HoldMaxMS > 0 {
+	if s.sc.HoldMaxMS > 0 && !s.allOK {
 		hold = time.Duration(r.Int64N(int64(ms(s.sc.HoldMaxMS)) + 1))
 	}
 	raAny := func() {
@@ -740,22 +749,27 @@ type simTimed struct {
 
 // simRun is the record of one scenario.
 type simRun struct {
-	sc       simScenario
-	faults   map[string]bool
-	start    time.Time
-	server   *simServer
-	mu       sync.Mutex
-	enq      []simEnqueue
-	out      []simOutcome
+	sc        simScenario
+	faults    map[string]bool
+	start     time.Time
+	server    *simServer
+	mu        sync.Mutex
+	enq       []simEnqueue
+	out       []simOutcome
 	calls     int            // callback calls
 	callSpans [][2]time.Time // each callback call's start and return
-	successC int // OnSuccess calls
-	flushes  []simTimed
-	close    simTimed
-	closeErr error
-	after    []error // enqueue and Flush after Close returned
-	stats    Stats
-	newErr   error
+	successC  int            // OnSuccess calls
+	flushes   []simTimed
+	close     simTimed
+	closeErr  error
+	after     []error // enqueue and Flush after Close returned
+	stats     Stats
+	newErr    error
+	// Durable mode: the second client on the directory.
+	server2 *simServer
+	out2    []simOutcome
+	stats2  Stats
+	close2  error
 	// held is the highest accepted-and-not-settled count seen at an
 	// accept (R43's memory bound).
 	held int
@@ -773,7 +787,7 @@ func (run *simRun) accepted() map[string]time.Time {
 
 // simExecute runs the scenario on the real client inside the caller's
 // synctest bubble and returns the record.
-func simExecute(sc simScenario, faults map[string]bool) *simRun {
+func simExecute(sc simScenario, faults map[string]bool, dir string) *simRun {
 	run := &simRun{sc: sc, faults: faults, start: time.Now()}
 	srv := newSimServer(sc, faults)
 	run.server = srv
@@ -807,6 +821,9 @@ func simExecute(sc simScenario, faults map[string]bool) *simRun {
 		WithOnError(func(err error, m []Message) { record(err, m) }))
 	if sc.OnSuccess {
 		opts = append(opts, WithOnSuccess(func(m []Message) { record(nil, m) }))
+	}
+	if sc.Durable {
+		opts = append(opts, WithDiskBuffer(dir))
 	}
 	c, err := New("sim-key", opts...)
 	if err != nil {
@@ -937,7 +954,40 @@ func simExecute(sc simScenario, faults map[string]bool) *simRun {
 		last = n
 	}
 	run.stats = c.Stats()
+	if sc.Durable {
+		simReopen(run, dir)
+	}
 	return run
+}
+
+// simReopen is the next start on the directory: a client against a server
+// that answers 200, closed once everything has an outcome.
+func simReopen(run *simRun, dir string) {
+	sc := run.sc
+	srv := newSimServer(sc, run.faults)
+	srv.allOK = true
+	run.server2 = srv
+	var mu sync.Mutex
+	rec := func(err error, msgs []Message) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, m := range msgs {
+			run.out2 = append(run.out2, simOutcome{id: m.ID(), err: err, at: time.Now()})
+		}
+	}
+	c, err := New("sim-key", WithEndpoint("http://api.test"), WithHTTPClient(&http.Client{Transport: srv}), WithDiskBuffer(dir),
+		WithOnSuccess(func(m []Message) { rec(nil, m) }), WithOnError(rec))
+	if err != nil {
+		run.close2 = err
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	run.close2 = c.Close(ctx)
+	time.Sleep(time.Second)
+	mu.Lock()
+	defer mu.Unlock()
+	run.stats2 = c.Stats()
 }
 
 func simHash(s string) uint64 {
