@@ -147,11 +147,17 @@ func TestSimulation(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res := simSpawn(t, mine, nil)
-			mu.Lock()
-			failures = append(failures, res.failures...)
-			ran += res.ran
-			mu.Unlock()
+			// In chunks: a child gets its seeds in its environment, which
+			// holds a limited number of bytes.
+			for len(mine) > 0 {
+				chunk := mine[:min(len(mine), 2000)]
+				mine = mine[len(chunk):]
+				res := simSpawn(t, chunk, nil)
+				mu.Lock()
+				failures = append(failures, res.failures...)
+				ran += res.ran
+				mu.Unlock()
+			}
 		}()
 	}
 	wg.Wait()
@@ -208,7 +214,11 @@ func simSpawn(t *testing.T, seeds []uint64, scs []simScenario) simResult {
 			env = append(env, "SIM_SEEDS="+strings.Join(s, ","))
 		}
 		cmd.Env = env
-		out, _ := cmd.CombinedOutput()
+		out, err := cmd.CombinedOutput()
+		if err != nil && !strings.Contains(string(out), "SIM start ") {
+			t.Errorf("simulation child: %v\n%s", err, out)
+			return res
+		}
 		// Parse: "SIM start N", "SIM fail N sig", "SIM | detail", "SIM done N".
 		var cur uint64
 		started := false
