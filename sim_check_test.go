@@ -978,7 +978,8 @@ func simCheckDurable(run *simRun, accepted map[string]time.Time, outcomeAt func(
 		}
 	}
 	if st := run.stats2; st.Replayed != int64(want) || st.Delivered != int64(want) || st.Pending != 0 {
-		bad("Stats", "the next client: Replayed %d, Delivered %d, Pending %d; the first kept %d", st.Replayed, st.Delivered, st.Pending, want)
+		bad("Stats", "the next client: Replayed %d, Delivered %d, Pending %d (torn %d, corrupt %d, missing %d); the first kept %d (OnDisk %d, Spilled %d)",
+			st.Replayed, st.Delivered, st.Pending, st.DiskTorn, st.DiskCorrupt, st.DiskMissing, want, run.stats.OnDisk, run.stats.Spilled)
 	}
 	return vs
 }
