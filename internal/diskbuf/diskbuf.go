@@ -66,7 +66,8 @@ const (
 	segSuffix = ".seg"
 	ackSuffix = ".ack"
 	tmpSuffix = ".tmp"
-	// LockName is the lock file in the directory.
+	// LockName is the lock file in the directory where the directory
+	// itself cannot be locked (Windows, systems without flock).
 	LockName = "lock"
 	segMagic = "RKSG"
 	ackMagic = "RKAK"
@@ -126,6 +127,11 @@ type Segment struct {
 	// then read by the Reader only.
 	old    bool
 	replay []uint32
+	// count: event records this Log appended to it; damaged: its file was
+	// found shorter than what was written (someone else cut it). Both
+	// guarded by Log.mu.
+	count   int
+	damaged bool
 }
 
 // Replayed is an event read back from the log: found by Open without an
@@ -241,8 +247,14 @@ func OpenLog(dir string, opts Options) (*Log, int, error) {
 	if err := checkPrivate(dir, fi); err != nil {
 		return nil, 0, err
 	}
-	lock, err := lockDir(filepath.Join(dir, LockName))
+	// Nothing in dir is read or written before the lock is held: a
+	// refused client touches no file of the holder's.
+	lock, fi, err := lockDir(dir)
 	if err != nil {
+		return nil, 0, err
+	}
+	if err := checkPrivate(dir, fi); err != nil { // replaced since the first check
+		lock.Close()
 		return nil, 0, err
 	}
 	l := &Log{
@@ -334,6 +346,7 @@ func readRegular(path string) ([]byte, error) {
 
 var (
 	errNotRegular = errors.New("not a regular file")
+	errDamaged    = errors.New("diskbuf: segment file was cut short, removed or replaced by another process")
 	errNoAckFile  = errors.New("diskbuf: no ack file (it could not be created)")
 )
 
@@ -446,7 +459,7 @@ func (l *Log) load() (int, error) {
 	// The segments, one at a time: only the offsets of the events to
 	// replay are kept.
 	events := 0
-	for i, seq := range segSeqs {
+	for _, seq := range segSeqs {
 		s := &Segment{seq: seq, path: l.segPath(seq), sealed: true, old: true}
 		data, err := readRegular(s.path)
 		if errors.Is(err, errNotRegular) { // replaced since ReadDir
@@ -466,10 +479,11 @@ func (l *Log) load() (int, error) {
 			end--
 		}
 		if !ok {
-			// Deleted (with a marker) like an empty segment. The newest
-			// may be one a crash cut short before its header was stored.
+			// Deleted (with a marker) like an empty segment. A segment
+			// appears under its name with its header in it (see
+			// createSegment), so a crash cannot leave one without: it was
+			// emptied or overwritten, even the newest.
 			switch {
-			case end == 0 && i == len(segSeqs)-1:
 			case len(data) >= fileHeaderSize && string(data[:4]) == segMagic:
 				l.stats.Corrupt++
 				l.logf("diskbuf: skipped %s: its header names another segment", filepath.Base(s.path))
@@ -687,10 +701,16 @@ type active interface {
 	// and the header last, so a record cut short has no valid header.
 	write(off int64, rec []byte) error
 	sync() error
-	// seal makes the file used bytes long and closes it.
+	// seal makes the file used bytes long and closes it; a file someone
+	// else shrank is closed as it is, with an error matching errDamaged.
 	seal(used int64) error
 	// preallocated reports whether the file takes its full size on disk.
 	preallocated() bool
+	// check returns an error matching errDamaged when the file is shorter
+	// than it must be (used bytes written; a preallocated file's full
+	// size) or no longer has its name: someone else cut, removed or
+	// replaced it.
+	check(used int64) error
 	// abandon closes the file as it is, neither cut nor synced (what a
 	// crash leaves; tests use it).
 	abandon()
@@ -716,6 +736,19 @@ func (l *Log) markGoneLocked() {
 	_ = l.sealActiveLocked()
 }
 
+// shrunkLocked reports, once, that s was cut short, removed or replaced
+// by someone else; the events on disk only in it that are gone are
+// counted as lost by the Reader when it gets there. l.mu is held.
+func (l *Log) shrunkLocked(s *Segment, err error) {
+	if s.damaged {
+		return
+	}
+	s.damaged = true
+	if l.broken == nil { // the whole directory gone is reported once, by markGoneLocked
+		l.errorf("diskbuf: %v; appends go to a new segment", err)
+	}
+}
+
 // rotate seals the active segment and starts a new one; l.mu is held (or
 // the log is not shared yet). With limit, the new segment must fit under
 // MaxBytes (what every file takes, the ack files included).
@@ -735,16 +768,10 @@ func (l *Log) rotate(limit bool) error {
 		seq := l.nextSeq
 		s := &Segment{seq: seq, path: l.segPath(seq), size: fileHeaderSize}
 		var a active
-		a, err = openActive(s.path, l.opts.SegmentBytes, l.opts.NoMmap)
+		a, err = openActive(s.path, l.opts.SegmentBytes, l.opts.NoMmap, fileHeader(segMagic, seq))
 		if errors.Is(err, os.ErrExist) {
 			l.nextSeq++ // something else has that name: never ours
 			continue
-		}
-		if err == nil {
-			if err = a.write(0, fileHeader(segMagic, seq)); err != nil {
-				_ = a.seal(0)
-				_ = os.Remove(s.path)
-			}
 		}
 		if err != nil {
 			break
@@ -773,6 +800,9 @@ func (l *Log) sealActiveLocked() error {
 	s := l.segs[len(l.segs)-1]
 	s.sealed = true
 	err := l.act.seal(s.size)
+	if errors.Is(err, errDamaged) {
+		l.shrunkLocked(s, err)
+	}
 	l.act = nil
 	l.actBytes = 0
 	l.unsynced = append(l.unsynced, s.path)
@@ -837,6 +867,9 @@ func (l *Log) writeLocked(b []byte) (*Segment, uint32, error) {
 	s := l.segs[len(l.segs)-1]
 	off := s.size
 	if err := l.act.write(off, b); err != nil {
+		if errors.Is(err, errDamaged) {
+			l.shrunkLocked(s, err)
+		}
 		// Nothing after a failed write goes to this segment.
 		if serr := l.sealActiveLocked(); serr != nil {
 			err = errors.Join(err, serr)
@@ -844,6 +877,7 @@ func (l *Log) writeLocked(b []byte) (*Segment, uint32, error) {
 		return nil, 0, err
 	}
 	s.size += int64(len(b))
+	s.count++
 	l.written += int64(len(b))
 	l.dirty.Store(true)
 	return s, uint32(off), nil
@@ -1246,8 +1280,21 @@ func (l *Log) Sync() error {
 		return nil
 	}
 	a, sealed, newFiles := l.act, l.unsynced, l.newFiles
+	var used int64
+	if a != nil {
+		used = l.segs[len(l.segs)-1].size
+	}
 	l.unsynced, l.newFiles = nil, false
 	l.mu.Unlock()
+	if a != nil && errors.Is(a.check(used), errDamaged) {
+		// Cut short by someone else: given up now, so no store faults
+		// past the cut and no append is lost in its last page.
+		l.mu.Lock()
+		if l.act == a {
+			_ = l.sealActiveLocked()
+		}
+		l.mu.Unlock()
+	}
 	// Outside the mutexes: appends and acks go on during the fsync.
 	var err error
 	for _, path := range sealed {
