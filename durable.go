@@ -222,9 +222,9 @@ type durable struct {
 	stopped  sync.WaitGroup
 	observer func()
 
-	replayed atomic.Int64 // events an earlier client left, less those found not to be events or unreadable
+	replayed atomic.Int64 // events an earlier client left, less those found not to be events
 	skipped  atomic.Int64 // replayed records with a valid checksum but no JSON object
-	lost     atomic.Int64 // replayed events whose record could no longer be read back
+	lost     atomic.Int64 // events on disk only whose record was gone when read back (Stats.DiskLost)
 
 	// The disk as the buffer (spill.go).
 	q         *queue

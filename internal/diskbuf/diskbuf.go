@@ -80,6 +80,9 @@ const (
 	// last one, so its work is proportional to the acknowledgements
 	// written.
 	minCompact = 64 << 10
+	// retryReclaim is how soon a reclaim pass that could not delete a
+	// segment (or write its deletion marker) runs again.
+	retryReclaim = time.Second
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -132,6 +135,8 @@ type Segment struct {
 	// guarded by Log.mu.
 	count   int
 	damaged bool
+	// undeletable: its deletion failed (logged once); reclaimer only.
+	undeletable bool
 }
 
 // Replayed is an event read back from the log: found by Open without an
@@ -186,7 +191,8 @@ type Log struct {
 	ackWritten atomic.Int64 // bytes of ack records written by this Log
 	ackBytes   atomic.Int64 // bytes of every ack file
 	compactAt  atomic.Int64 // compaction starts once ackBytes exceeds this
-	unmarked   []gap        // segments to mark as deleted (missing at Open, or deleted without a marker); reclaimer only
+	unmarked   []gap        // segments missing at Open, to mark as deleted; reclaimer only
+	retry      bool         // a reclaim pass left segments it could not delete or mark; reclaimer only
 
 	freed chan struct{} // closed (and replaced) when reclaim deletes segments; guarded by mu
 
@@ -1021,11 +1027,16 @@ func (l *Log) reclaimer() {
 	defer close(l.done)
 	for {
 		var reply chan struct{}
+		var retry <-chan time.Time
+		if l.retry {
+			retry = time.After(retryReclaim)
+		}
 		select {
 		case <-l.quit:
 			return
 		case <-l.wake:
 		case reply = <-l.flush:
+		case <-retry:
 		}
 		l.ackMu.Lock()
 		noAcks := l.ackF == nil
@@ -1059,16 +1070,19 @@ func (l *Log) Reclaim() {
 // over the segment list: it writes only to the ack file, so it cannot
 // create a segment or make more work for itself. A deletion marker for
 // the segments goes first, on stable storage, so a later Open tells a
-// deleted segment from a lost one; when the marker cannot be written (a
-// full disk), only the oldest segments are deleted (a gap below every
-// present segment is not reported), and their marker is tried again at
-// the next pass.
+// deleted segment from a lost one. When the marker cannot be written (a
+// full disk), the oldest of them are emptied to their header instead,
+// which gives their space back and leaves a segment holding nothing (a
+// later Open reports no loss); they are deleted once a marker can be
+// written. A segment leaves the list only when its file is gone: one
+// whose deletion fails (a directory made read-only for a while) stays,
+// its acknowledgements with it, and the deletion is tried again.
 func (l *Log) reclaim() {
 	l.mu.Lock()
 	var gone []*Segment
 	prefix := 0 // how many of gone are the oldest segments
 	for i, s := range l.segs {
-		if s.sealed && s.live.Load() == 0 {
+		if s.sealed && s.live.Load() <= 0 {
 			if len(gone) == i {
 				prefix++
 			}
@@ -1081,37 +1095,88 @@ func (l *Log) reclaim() {
 		marks = append(marks, gap{s.seq, 1})
 	}
 	if len(marks) == 0 {
+		l.retry = false
 		return
 	}
 	if err := l.writeMarks(mergeGaps(marks)); err != nil {
-		gone = gone[:prefix]
-		for _, s := range gone {
-			l.unmarked = append(l.unmarked, gap{s.seq, 1})
-		}
-	} else {
-		l.unmarked = nil
-	}
-	if len(gone) == 0 {
+		l.retry = len(gone) > 0
+		l.empty(gone[:prefix])
 		return
 	}
-	del := make(map[*Segment]bool, len(gone))
+	l.unmarked = nil
+	l.retry = false
+	removed := make(map[*Segment]bool, len(gone))
 	for _, s := range gone {
-		del[s] = true
-	}
-	l.mu.Lock()
-	l.segs = slices.DeleteFunc(l.segs, func(s *Segment) bool { return del[s] })
-	l.mu.Unlock()
-	for _, s := range gone {
-		if err := os.Remove(s.path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			l.logf("diskbuf: could not delete %s: %v", filepath.Base(s.path), err)
+		if err := removeSegment(s.path); err != nil {
+			l.retry = true
+			if !s.undeletable {
+				s.undeletable = true // logged once per segment
+				l.logf("diskbuf: could not delete %s (tried again): %v", filepath.Base(s.path), err)
+			}
+			continue
 		}
+		removed[s] = true
+	}
+	if len(removed) == 0 {
+		return
 	}
 	l.mu.Lock()
+	l.segs = slices.DeleteFunc(l.segs, func(s *Segment) bool { return removed[s] })
+	l.signalFreedLocked()
+	l.mu.Unlock()
+}
+
+// removeSegment deletes the segment file path. What is no longer a
+// regular file there is not the log's to delete: it is left (a later Open
+// skips it), and so is the name. Done when nothing of the log's is left.
+func removeSegment(path string) error {
+	fi, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil
+	case err != nil:
+		return err
+	case !fi.Mode().IsRegular():
+		return nil
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// empty cuts the files of segs, which hold nothing live, to their header:
+// ftruncate needs no free block, so this works on a full disk, where no
+// deletion marker can be written. They stay in the list until a marker
+// lets reclaim delete them.
+func (l *Log) empty(segs []*Segment) {
+	done := false
+	for _, s := range segs {
+		f, err := openRegular(s.path, os.O_WRONLY)
+		if err != nil {
+			continue
+		}
+		if err := f.Truncate(fileHeaderSize); err == nil {
+			l.mu.Lock()
+			s.size = fileHeaderSize
+			l.mu.Unlock()
+			done = true
+		}
+		f.Close()
+	}
+	if done {
+		l.mu.Lock()
+		l.signalFreedLocked()
+		l.mu.Unlock()
+	}
+}
+
+// signalFreedLocked wakes the waiters for room; l.mu is held.
+func (l *Log) signalFreedLocked() {
 	if !l.closed {
 		close(l.freed)
 		l.freed = make(chan struct{})
 	}
-	l.mu.Unlock()
 }
 
 // Freed returns a channel closed the next time segments are deleted (room

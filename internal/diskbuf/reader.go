@@ -424,3 +424,81 @@ func (r *Reader) AtEnd() bool {
 	}
 	return s.seq == r.seq && !s.old && !sealed && r.off >= size
 }
+
+// Unreadable counts the events not read back yet whose segment file is
+// gone, is no longer a regular file, or is shorter than what it held
+// (then the valid records still in it are not counted): they are dropped
+// as lost, as Next would, reported with one Errorf per segment, and their
+// number is returned. For Close, which leaves the rest on disk for the
+// next client and must count only what is really there; a stat per
+// segment, a read of a segment only when it was cut short. Not to be
+// called while Next runs.
+func (r *Reader) Unreadable() int {
+	r.l.mu.Lock()
+	type seg struct {
+		s     *Segment
+		size  int64
+		count int
+	}
+	var segs []seg
+	for _, s := range r.l.segs {
+		if s.seq >= r.seq {
+			segs = append(segs, seg{s, s.size, s.count})
+		}
+	}
+	r.l.mu.Unlock()
+	total := 0
+	for _, g := range segs {
+		s := g.s
+		first, from := s.seq == r.seq, int64(fileHeaderSize)
+		var n int
+		var offs []uint32
+		switch {
+		case s.old && first:
+			offs = s.replay[min(r.ri, len(s.replay)):]
+			n = len(offs)
+		case s.old:
+			offs = s.replay
+			n = len(offs)
+		case first:
+			n, from = g.count-r.idx, r.off
+		default:
+			n = g.count
+		}
+		if n <= 0 {
+			continue
+		}
+		fi, err := os.Lstat(s.path)
+		left := 0
+		switch {
+		case err != nil && !errors.Is(err, os.ErrNotExist):
+			continue // cannot tell: left as kept
+		case err != nil || !fi.Mode().IsRegular():
+		case fi.Size() >= g.size:
+			continue
+		default:
+			data, err := readRegular(s.path)
+			if err != nil {
+				continue
+			}
+			if s.old {
+				for _, off := range offs {
+					budget := MaxRecord
+					if int(off) < len(data) {
+						if _, ok := valid(data[off:], segKinds, &budget); ok {
+							left++
+						}
+					}
+				}
+			} else if from < int64(len(data)) {
+				scanRecords(data, int(from), segKinds, nil, func(int, byte, []byte) { left++ })
+			}
+		}
+		if lost := n - min(left, n); lost > 0 {
+			r.lose(s, lost)
+			total += lost
+			r.l.errorf("diskbuf: %s was removed, replaced or cut short: %d event(s) in it that were not read back are lost", filepath.Base(s.path), lost)
+		}
+	}
+	return total
+}
