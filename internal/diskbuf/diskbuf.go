@@ -540,6 +540,15 @@ func (l *Log) load() (int, error) {
 	}
 	slices.Sort(present)
 	present = slices.Compact(present)
+	if len(l.ackFiles) == 0 && len(present) > 0 {
+		// A log writes an ack file before its first segment: none beside
+		// segments means they were deleted. Every event still in a
+		// segment is sent again (the API deduplicates by messageId), and
+		// a gap in the numbers may be segments deleted on purpose, whose
+		// markers went with the ack files: not reported as lost.
+		l.logf("diskbuf: no ack file beside %d segment(s) (deleted?): every event in them is sent again, and gaps between them are not reported as lost", len(present))
+		return events, nil
+	}
 	prev := floor - 1
 	for _, seq := range present {
 		if seq <= prev {
@@ -751,7 +760,7 @@ func (l *Log) shrunkLocked(s *Segment, err error) {
 	}
 	s.damaged = true
 	if l.broken == nil { // the whole directory gone is reported once, by markGoneLocked
-		l.errorf("diskbuf: %v; appends go to a new segment", err)
+		l.errorf("%v; appends go to a new segment", err)
 	}
 }
 
