@@ -1372,8 +1372,8 @@ func (l *Log) Sync() error {
 	// Outside the mutexes: appends and acks go on during the fsync.
 	var err error
 	for _, path := range sealed {
-		if serr := syncPath(path, os.O_RDWR); serr != nil && !errors.Is(serr, os.ErrNotExist) && err == nil {
-			err = serr // a reclaimed segment needs no sync
+		if serr := syncSegment(path); serr != nil && err == nil {
+			err = serr
 		}
 	}
 	if newFiles {
@@ -1395,6 +1395,25 @@ func (l *Log) Sync() error {
 				err = serr // replaced meanwhile: the old one was synced when it was
 			}
 		}
+	}
+	return err
+}
+
+// syncSegment fsyncs the sealed segment file path. One deleted since
+// (reclaimed, or by someone else) or replaced by what is not a regular
+// file needs no sync: what it held is either delivered or reported lost
+// by the Reader.
+func syncSegment(path string) error {
+	f, err := openRegular(path, os.O_RDWR)
+	if errors.Is(err, os.ErrNotExist) || errors.Is(err, errNotRegular) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
 	return err
 }

@@ -30,10 +30,11 @@ func openRegular(path string, flag int) (*os.File, error) {
 	return f, nil
 }
 
-// isSymlinkErr reports the error of O_NOFOLLOW on a symbolic link.
+// isSymlinkErr reports the error of O_NOFOLLOW on a symbolic link, and
+// those of opening a directory for writing or a FIFO without a reader.
 func isSymlinkErr(err error) bool {
 	pe, ok := err.(*os.PathError)
-	return ok && pe.Err == syscall.ELOOP
+	return ok && (pe.Err == syscall.ELOOP || pe.Err == syscall.EISDIR || pe.Err == syscall.ENXIO)
 }
 
 // checkPrivate refuses a directory another user could write to: one
