@@ -377,18 +377,18 @@ func resolve(writeKey string, opts []Option) (settings, error) {
 	if len(s.errs) > 0 {
 		return s, s.errs[0]
 	}
-	if strings.TrimSpace(writeKey) == "" && !s.compat.AllowEmptyWriteKey {
+	if strings.TrimSpace(writeKey) == "" && !s.compat.AnyWriteKey {
 		return s, invalid("WriteKey", `""`, "must not be empty")
 	}
 	// Refused, not trimmed: a key read from a secret file with its newline
 	// would otherwise get a 401 on every request, and trimming silently
 	// would hide a secret that is broken where it is stored.
-	if strings.TrimSpace(writeKey) != writeKey {
+	if strings.TrimSpace(writeKey) != writeKey && !s.compat.AnyWriteKey {
 		return s, invalid("WriteKey", "redacted", "has leading or trailing whitespace (a newline from a secret file?); "+
 			"trim it before calling New, e.g. strings.TrimSpace")
 	}
 	s.Endpoint = strings.TrimSuffix(s.Endpoint, "/") // R1
-	if err := checkEndpoint(s.Endpoint); err != nil {
+	if err := checkEndpoint(s.Endpoint); err != nil && !s.compat.AnyEndpoint {
 		return s, err
 	}
 	s.CustomHTTPClient = s.httpClient != nil
