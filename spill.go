@@ -234,12 +234,6 @@ func (d *durable) loadSome(q *queue) bool {
 		d.zlog.Warn("disk buffer: skipped records that are not events", zap.Int("records", len(notEvents)))
 		d.ack(notEvents)
 	}
-	if lost > 0 {
-		// Their records are gone (the reader logged how many): failed,
-		// without a callback, as no message can be rebuilt from them.
-		d.lost.Add(int64(lost))
-		d.settle.stats.failed.Add(int64(lost))
-	}
 	// The records come in log order, which is the order of the runs; the
 	// events that are not queued (not events, lost) were counted in the
 	// ledger too and are discharged. Which of them is where in the order
@@ -251,6 +245,13 @@ func (d *durable) loadSome(q *queue) bool {
 		// (a slow disk): what it read stays there, unacknowledged.
 		d.mu.Unlock()
 		return false
+	}
+	if lost > 0 {
+		// Their records are gone (the reader logged how many): failed,
+		// without a callback, as no message can be rebuilt from them.
+		lost = int(min(int64(lost), d.onDisk-int64(len(recs))))
+		d.lost.Add(int64(lost))
+		d.settle.stats.failed.Add(int64(lost))
 	}
 	i := int64(0)
 	d.takeRunsLocked(int64(len(recs)+lost), func(epoch uint64, k int64) {
