@@ -12,7 +12,9 @@
 // unsigned varints), deletion markers (kind 3: (first, count) ranges of
 // segment numbers deleted on purpose) and a floor (kind 4: the oldest
 // segment number still in use and the next to be created), written by
-// compaction. An event is named by its segment and the byte offset of its
+// compaction, and counts (kind 5: (segment, events) pairs, written when a
+// segment is sealed, so a segment that goes missing is reported with the
+// number of events it took). An event is named by its segment and the byte offset of its
 // record.
 //
 // Appends go to the active (newest) segment. Acknowledgements go to the
@@ -57,6 +59,7 @@ const (
 	kindAck        = 2
 	kindGone       = 3
 	kindFloor      = 4
+	kindCount      = 5
 	// FormatVersion is the version in every file header this package
 	// writes. Open refuses a directory with a file of another version.
 	FormatVersion = 1
@@ -407,6 +410,7 @@ func (l *Log) load() (int, error) {
 
 	// The ack files: acknowledged offsets per segment, deletion markers.
 	acked := map[uint64][]uint32{}
+	counts := map[uint64]uint64{}
 	var gone []gap
 	var floor uint64 = 1
 	for _, seq := range ackSeqs {
@@ -456,10 +460,43 @@ func (l *Log) load() (int, error) {
 						maxSeq = max(maxSeq, next-1)
 					}
 				})
+			case kindCount:
+				forEachPair(p, func(sq, n uint64) { counts[sq] = n })
 			}
 		})
 	}
 	l.nextSeq = maxSeq + 1
+	// lostIn is what the segments [first, first+n) held without an
+	// acknowledgement, as far as count records tell (known false when a
+	// segment of them has none).
+	lostIn := func(first, n uint64) (events uint64, known bool) {
+		known = true
+		if n > uint64(len(counts)) { // a wide range: only counted segments can be known
+			known = false
+		}
+		for seq, c := range counts {
+			if seq >= first && seq-first < n {
+				events += c - min(c, uint64(len(acked[seq])))
+			}
+		}
+		if known {
+			for seq := first; seq-first < n; seq++ {
+				if _, ok := counts[seq]; !ok {
+					known = false
+					break
+				}
+			}
+		}
+		return events, known
+	}
+	lostText := func(first, n uint64) string {
+		if events, known := lostIn(first, n); known {
+			return fmt.Sprintf("%d event(s) without an outcome lost", events)
+		} else if events > 0 {
+			return fmt.Sprintf("their events are lost (%d counted; a segment not sealed before a crash is not)", events)
+		}
+		return "their events are lost (how many is not known: not sealed before a crash)"
+	}
 	gone = mergeGaps(gone)
 
 	// The segments, one at a time: only the offsets of the events to
@@ -495,7 +532,7 @@ func (l *Log) load() (int, error) {
 				l.logf("diskbuf: skipped %s: its header names another segment", filepath.Base(s.path))
 			default:
 				l.stats.Missing++
-				l.errorf("diskbuf: segment %s has no valid header (emptied or overwritten): its events are lost", filepath.Base(s.path))
+				l.errorf("diskbuf: segment %s has no valid header (emptied or overwritten): %s", filepath.Base(s.path), lostText(seq, 1))
 			}
 			s.size = int64(len(data))
 			l.segs = append(l.segs, s)
@@ -557,7 +594,7 @@ func (l *Log) load() (int, error) {
 		if seq > prev+1 {
 			for _, g := range uncovered(gone, prev+1, seq-prev-1) {
 				l.stats.Missing += int(min(g.count, 1<<30))
-				l.errorf("diskbuf: %d segment(s) from number %d missing from the directory: their events are lost", g.count, g.first)
+				l.errorf("diskbuf: %d segment(s) from number %d missing from the directory: %s", g.count, g.first, lostText(g.first, g.count))
 				l.unmarked = append(l.unmarked, g)
 			}
 		}
@@ -625,7 +662,7 @@ func (l *Log) skipped(path string) func(off, n int, torn bool) {
 
 var (
 	segKinds = []byte{kindEvent}
-	ackKinds = []byte{kindAck, kindGone, kindFloor}
+	ackKinds = []byte{kindAck, kindGone, kindFloor, kindCount}
 )
 
 // scanRecords calls f for every valid record of data from start, and bad
@@ -817,6 +854,17 @@ func (l *Log) sealActiveLocked() error {
 	err := l.act.seal(s.size)
 	if errors.Is(err, errDamaged) {
 		l.shrunkLocked(s, err)
+	}
+	if s.count > 0 {
+		// How many events it took, for a later Open that finds it gone;
+		// best effort (a full disk: reported without the number).
+		l.ackMu.Lock()
+		b := append(l.ackBufLocked(), kindCount)
+		b = binary.AppendUvarint(b, s.seq)
+		b = binary.AppendUvarint(b, uint64(s.count))
+		_ = l.writeAckLocked(b)
+		l.ackBuf = b[:0]
+		l.ackMu.Unlock()
 	}
 	l.act = nil
 	l.actBytes = 0
@@ -1249,7 +1297,7 @@ func (l *Log) compact() {
 		out = append(out, 0, 0, 0, 0, 0, 0, 0, 0, kind)
 		return len(out) - headerSize - 1
 	}
-	var gone []gap
+	var gone, counts []gap
 	at := rec(kindAck)
 	var oldBytes int64
 	for _, seq := range old {
@@ -1281,6 +1329,12 @@ func (l *Log) compact() {
 						gone = append(gone, gap{max(first, floor), first + n - max(first, floor)})
 					}
 				})
+			case kindCount:
+				forEachPair(p, func(sq, n uint64) {
+					if present[sq] {
+						counts = append(counts, gap{sq, n})
+					}
+				})
 			}
 		})
 	}
@@ -1293,6 +1347,15 @@ func (l *Log) compact() {
 		at = rec(kindGone)
 		out = binary.AppendUvarint(out, g.first)
 		out = binary.AppendUvarint(out, g.count)
+		sealRecord(out[at:])
+	}
+	for len(counts) > 0 {
+		at = rec(kindCount)
+		for len(counts) > 0 && len(out)-at < maxAckBody {
+			out = binary.AppendUvarint(out, counts[0].first)
+			out = binary.AppendUvarint(out, counts[0].count)
+			counts = counts[1:]
+		}
 		sealRecord(out[at:])
 	}
 	at = rec(kindFloor)
