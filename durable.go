@@ -185,6 +185,11 @@ func WithSegmentSize(bytes int64) DiskOption {
 // callback: Close's error says how many, and they are counted in
 // Stats.HandedBack and Stats.OnDisk.
 //
+// The directory must be left to the client: events whose records another
+// process removes, cuts short or replaces before they are read back are
+// failed without a callback and counted in Stats.DiskLost (one error log
+// line names how many); docs/durable.md lists each such case.
+//
 // An enqueue call then costs one append to the log more; it returns an
 // error matching ErrQueueFull past the disk limit (WithDiskLimit; the
 // non-blocking calls at once, EnqueueContext once its context ends, as it
