@@ -138,7 +138,7 @@ func TestMissingSegmentReportsItsEvents(t *testing.T) {
 		refs = append(refs, ackRef{s, off})
 	}
 	ackAll(t, l, refs[8:9]) // one event of the second segment has its outcome
-	l.compactAt.Store(0) // the next pass compacts
+	l.compactAt.Store(0)    // the next pass compacts
 	l.Reclaim()
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
