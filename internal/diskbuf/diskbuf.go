@@ -191,6 +191,8 @@ type Log struct {
 	ackFiles   []uint64
 	ackDirty   atomic.Bool
 	ackBuf     []byte
+	ackPending [][]byte // ack records whose write failed (sealed), written before the next; guarded by ackMu
+	pendingN   int      // their bytes
 	ackWritten atomic.Int64 // bytes of ack records written by this Log
 	ackBytes   atomic.Int64 // bytes of every ack file
 	compactAt  atomic.Int64 // compaction starts once ackBytes exceeds this
@@ -995,13 +997,51 @@ func (l *Log) writeAckLocked(b []byte) error {
 	return nil
 }
 
+// maxPending bounds the bytes of ack records kept for a later write when
+// writing them failed; past it, records are dropped (their events may be
+// sent again by a later client, which the failed Ack's error says).
+const maxPending = 16 << 20
+
+// keepPendingLocked keeps a copy of the sealed record b to write later;
+// l.ackMu is held.
+func (l *Log) keepPendingLocked(b []byte) {
+	if l.pendingN+len(b) <= maxPending {
+		l.ackPending = append(l.ackPending, slices.Clone(b))
+		l.pendingN += len(b)
+	}
+}
+
+// flushPendingLocked writes the ack records kept after a failed write, in
+// order; l.ackMu is held.
+func (l *Log) flushPendingLocked() error {
+	for len(l.ackPending) > 0 {
+		if err := l.writeAckLocked(l.ackPending[0]); err != nil {
+			return err
+		}
+		l.pendingN -= len(l.ackPending[0])
+		l.ackPending[0] = nil
+		l.ackPending = l.ackPending[1:]
+	}
+	l.ackPending = nil
+	return nil
+}
+
+// hasPending reports ack records waiting for a write.
+func (l *Log) hasPending() bool {
+	l.ackMu.Lock()
+	defer l.ackMu.Unlock()
+	return len(l.ackPending) > 0
+}
+
 // Ack acknowledges n events: at(i) names the i-th. It appends ack records
 // to the ack file (even past MaxBytes) and wakes the reclaimer when a
 // segment may have become deletable; it never deletes, reads or creates a
 // segment itself. A write error is returned; the events count as
-// acknowledged in this process either way (their segments are still
-// deleted once sealed), and a later Open may replay those whose segment
-// was not.
+// acknowledged in this process either way, and the records that could
+// not be written (a read-only or full file system, for a while) are kept
+// and written before the next ones, or by the reclaimer, which tries every
+// second; a later Open may replay those never written whose segment was
+// not deleted.
 func (l *Log) Ack(n int, at func(i int) (*Segment, uint32)) error {
 	if n == 0 {
 		return nil
@@ -1018,7 +1058,14 @@ func (l *Log) Ack(n int, at func(i int) (*Segment, uint32)) error {
 			b = binary.AppendUvarint(b, uint64(off))
 		}
 		if err == nil {
+			err = l.flushPendingLocked()
+		}
+		if err == nil {
 			err = l.writeAckLocked(b)
+		}
+		if err != nil {
+			sealRecord(b)
+			l.keepPendingLocked(b)
 		}
 		l.ackBuf = b[:0]
 	}
@@ -1085,7 +1132,7 @@ func (l *Log) reclaimer() {
 	for {
 		var reply chan struct{}
 		var retry <-chan time.Time
-		if l.retry {
+		if l.retry || l.hasPending() {
 			retry = time.After(retryReclaim)
 		}
 		select {
@@ -1101,6 +1148,9 @@ func (l *Log) reclaimer() {
 		if noAcks {
 			_ = l.newAckFile() // none since Open (a full disk): tried at every wake
 		}
+		l.ackMu.Lock()
+		_ = l.flushPendingLocked()
+		l.ackMu.Unlock()
 		l.reclaim()
 		if l.ackBytes.Load() > l.compactAt.Load() || len(l.ackFiles) > 2 {
 			l.compact()
@@ -1248,6 +1298,9 @@ func (l *Log) Freed() <-chan struct{} {
 func (l *Log) writeMarks(gs []gap) error {
 	l.ackMu.Lock()
 	defer l.ackMu.Unlock()
+	if err := l.flushPendingLocked(); err != nil {
+		return err
+	}
 	for len(gs) > 0 {
 		b := append(l.ackBufLocked(), kindGone)
 		for len(gs) > 0 && len(b) < maxAckBody {

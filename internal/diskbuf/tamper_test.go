@@ -170,3 +170,43 @@ func TestMissingSegmentReportsItsEvents(t *testing.T) {
 		t.Fatalf("reported again: %q", lines)
 	}
 }
+
+// TestAckWriteRetried: acknowledgements that could not be written (the
+// file system refused, for a while) are kept and written once it takes
+// them again, so a later Open does not replay those events.
+func TestAckWriteRetried(t *testing.T) {
+	dir := t.TempDir()
+	l, _, err := Open(dir, Options{SegmentBytes: 400})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refs []ackRef
+	for i := 0; i < 20; i++ {
+		s, off, err := l.Append(payload(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		refs = append(refs, ackRef{s, off})
+	}
+	l.ackMu.Lock()
+	rw := l.ackF
+	ro, err := os.Open(rw.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.ackF = ro // writes fail, as on a read-only file system
+	l.ackMu.Unlock()
+	if err := l.Ack(10, func(i int) (*Segment, uint32) { return refs[i].s, refs[i].off }); err == nil {
+		t.Fatal("Ack into a read-only file did not fail")
+	}
+	l.ackMu.Lock()
+	l.ackF = rw // writable again
+	l.ackMu.Unlock()
+	ro.Close()
+	l.Reclaim()
+	kill(l)
+	got, st := reopen(t, dir)
+	if strings.Join(got, "") != strings.Join(want(10, 20), "") || st != (Stats{}) {
+		t.Fatalf("replayed %d events (want the 10 not acknowledged), stats %+v", len(got), st)
+	}
+}
