@@ -191,8 +191,8 @@ type Log struct {
 	ackFiles   []uint64
 	ackDirty   atomic.Bool
 	ackBuf     []byte
-	ackPending [][]byte // ack records whose write failed (sealed), written before the next; guarded by ackMu
-	pendingN   int      // their bytes
+	ackPending [][]byte     // ack records whose write failed (sealed), written before the next; guarded by ackMu
+	pendingN   int          // their bytes
 	ackWritten atomic.Int64 // bytes of ack records written by this Log
 	ackBytes   atomic.Int64 // bytes of every ack file
 	compactAt  atomic.Int64 // compaction starts once ackBytes exceeds this
