@@ -61,7 +61,8 @@ var _ Tracker = (*Client)(nil)
 // Calls for one batch happen after its last attempt; calls for different
 // batches may run concurrently when Consumers > 1. A callback must return
 // quickly: the consumer does no other work while it runs. A panicking
-// callback is recovered and logged; the consumer keeps running. The
+// callback is recovered and logged at ERROR with its stack; the consumer
+// keeps running, and the events keep the outcome they were given. The
 // messages passed to callbacks are copies or rebuilt from the JSON sent (see
 // Message and WithOnError).
 type Client struct {
@@ -109,6 +110,9 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 	lim := newLimits(q, s.writeKey)
 	cfg := s.Config
 	cfg.Endpoint = redactURL(cfg.Endpoint) // safe in every form: %+v, JSON, slog, zap.Any
+	if s.disk != nil {
+		cfg.DiskBuffer, cfg.DiskLimit = s.disk.dir, s.disk.limit
+	}
 	c := &Client{
 		cfg:  cfg,
 		log:  s.logger,

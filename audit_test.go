@@ -68,7 +68,7 @@ func (w *auditWire) RoundTrip(req *http.Request) (*http.Response, error) {
 		w.mu.Unlock()
 	}
 	resp, err := w.next.RoundTrip(req)
-	if batch && err == nil && resp.StatusCode == http.StatusRequestEntityTooLarge {
+	if batch && err == nil && resp != nil && resp.StatusCode == http.StatusRequestEntityTooLarge {
 		w.mu.Lock()
 		w.split++
 		w.mu.Unlock()

@@ -113,15 +113,25 @@ type Config struct {
 	// CloseTimeout bounds a Close whose context has no deadline
 	// (WithCloseTimeout); 0 means nothing does.
 	CloseTimeout time.Duration
+	// DiskBuffer is the directory of the disk buffer (WithDiskBuffer): not
+	// empty exactly when the client is in durable mode.
+	DiskBuffer string
+	// DiskLimit is the most bytes the disk buffer's files may take
+	// (WithDiskLimit); 0 when DiskBuffer is empty.
+	DiskLimit int64
 }
 
 // String renders the configuration on one line for logs; user information
 // in the endpoint URL (a password) is shown as xxxxx.
 func (c Config) String() string {
+	disk := "diskBuffer=off"
+	if c.DiskBuffer != "" {
+		disk = fmt.Sprintf("diskBuffer=%q diskLimit=%d", c.DiskBuffer, c.DiskLimit)
+	}
 	return fmt.Sprintf("endpoint=%s flushAt=%d flushInterval=%s queueCapacity=%d consumers=%d httpTimeout=%s "+
-		"maxRetries=%d maxTotalBackoffDuration=%s maxRateLimitDuration=%s gzip=%t eventSentAt=%t closeTimeout=%s",
+		"maxRetries=%d maxTotalBackoffDuration=%s maxRateLimitDuration=%s gzip=%t eventSentAt=%t closeTimeout=%s %s",
 		redactURL(c.Endpoint), c.FlushAt, c.FlushInterval, c.QueueCapacity, c.Consumers, c.HTTPTimeout,
-		c.MaxRetries, c.MaxTotalBackoffDuration, c.MaxRateLimitDuration, c.Gzip, c.EventSentAt, c.CloseTimeout)
+		c.MaxRetries, c.MaxTotalBackoffDuration, c.MaxRateLimitDuration, c.Gzip, c.EventSentAt, c.CloseTimeout, disk)
 }
 
 // ConfigError reports an invalid option given to New. Field names the
@@ -279,7 +289,10 @@ func WithGzip(enabled bool) Option {
 // the copy gets the SDK's redirect policy (307/308 followed within the
 // origin only, every other 3xx reported as a failure, R11). Per-attempt timeouts come from
 // WithHTTPTimeout; the client's own Timeout, if set, also applies. A nil
-// client fails New.
+// client fails New. A RoundTripper that panics or returns a nil response
+// fails that attempt as a retryable *TransportError, and a response body
+// that is nil, has a nil reader or panics leaves the status to decide; the
+// panic is logged at ERROR with its stack (docs/delivery.md R56).
 func WithHTTPClient(c *http.Client) Option {
 	return optionFunc(func(s *settings) {
 		s.httpClient, s.httpClientNil = c, c == nil
@@ -287,7 +300,8 @@ func WithHTTPClient(c *http.Client) Option {
 }
 
 // WithLogger sets the logger (default zap.NewNop: silent). The client never
-// logs the write key or event payloads. A nil logger fails New.
+// logs the write key or event payloads. A nil logger fails New. A logger
+// whose core panics loses that line; the client goes on.
 func WithLogger(l *zap.Logger) Option {
 	return optionFunc(func(s *settings) {
 		s.logger = l
@@ -332,6 +346,11 @@ func WithOnSuccess(f func(events []Message)) Option {
 // last OnError call returns. With WithOnSuccess registered as well, every
 // event carries a copy made at enqueue instead (see Message), and OnError
 // gets those copies.
+//
+// To keep undelivered events and send them again later, write each with
+// json.Marshal (the wire format, one JSON object per line) and read it
+// back with UnmarshalMessage: it keeps MessageID and Timestamp, so the API
+// drops a repeat (see ExampleUnmarshalMessage).
 func WithOnError(f func(err error, events []Message)) Option {
 	return optionFunc(func(s *settings) { s.onError = f })
 }
@@ -392,5 +411,6 @@ func resolve(writeKey string, opts []Option) (settings, error) {
 		return s, err
 	}
 	s.CustomHTTPClient = s.httpClient != nil
+	s.logger = guardLogger(s.logger) // a logger that panics loses a line, nothing else (guard.go)
 	return s, nil
 }

@@ -118,15 +118,11 @@ func (s *settler) events(evs []event, err error) {
 
 // callback runs a user callback reporting n events, counted in running
 // while it runs; a panic is logged, not propagated, so a consumer survives
-// it.
+// it (guard.go).
 func (s *settler) callback(running *atomic.Int64, n int64, f func()) {
 	running.Add(n)
-	defer func() {
-		running.Add(-n)
-		if r := recover(); r != nil {
-			s.log.Error("analytics callback panicked", zap.Any("panic", r))
-		}
-	}()
+	defer running.Add(-n)
+	defer contain(s.log, userCallback, nil)
 	f()
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"slices"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -15,7 +16,8 @@ import (
 // not use, to Error); fields become attributes, an error as the "error"
 // attribute with its text. l's handler decides what is kept (its
 // Enabled method is asked first) and is called on the client's
-// goroutines, so it must be safe for concurrent use, as slog handlers are.
+// goroutines, so it must be safe for concurrent use, as slog handlers are;
+// a handler that panics loses that line, and the client goes on.
 // The client never logs the write key or event payloads. WithSlog and
 // WithLogger replace each other: the later option wins. A nil logger fails
 // New with a *ConfigError.
@@ -85,6 +87,10 @@ func attrs(fields []zapcore.Field) []slog.Attr {
 	}
 	out := make([]slog.Attr, 0, len(enc.Fields))
 	for k, v := range enc.Fields {
+		if d, ok := v.(time.Duration); ok {
+			out = append(out, slog.String(k, d.String())) // "5s", not nanoseconds in JSON
+			continue
+		}
 		out = append(out, slog.Any(k, v))
 	}
 	slices.SortFunc(out, func(a, b slog.Attr) int {
@@ -98,3 +104,9 @@ func attrs(fields []zapcore.Field) []slog.Attr {
 	})
 	return out
 }
+
+// durationField is a duration in a log line, written as text ("5s",
+// "1m30s") by every encoder: zap's JSON encoders would otherwise write a
+// number in the unit of their configuration, and slog's JSON handler
+// nanoseconds.
+func durationField(key string, d time.Duration) zap.Field { return zap.Stringer(key, d) }
