@@ -1259,6 +1259,12 @@ func removeSegment(path string) error {
 func (l *Log) empty(segs []*Segment) {
 	done := false
 	for _, s := range segs {
+		l.mu.Lock()
+		size := s.size
+		l.mu.Unlock()
+		if size <= fileHeaderSize {
+			continue // emptied by an earlier pass
+		}
 		f, err := openRegular(s.path, os.O_WRONLY)
 		if err != nil {
 			continue
