@@ -318,8 +318,11 @@ func WithOnSuccess(f func(events []Message)) Option {
 // WithOnError registers the callback for events that were not delivered:
 // failed (any error but ErrShutdownInterrupted) or handed back at shutdown
 // (errors.Is(err, ErrShutdownInterrupted)). Each accepted event that is not
-// delivered appears in exactly one call. See Callbacks for the threading
-// contract.
+// delivered appears in exactly one call. In durable mode (WithDiskBuffer)
+// an event Close keeps on disk is not handed back through OnError: it is
+// sent by the next client, whose callback is its outcome, so a dead-letter
+// writer sees each event that truly failed once, whatever the restarts.
+// See Callbacks for the threading contract.
 //
 // With OnError alone, the client keeps no copy of the message at enqueue
 // (enqueue then costs what it costs without callbacks, and a held event is

@@ -318,9 +318,7 @@ func (d *durable) stopReader() int64 {
 	d.q.dischargeRuns(gone)
 	d.onDiskNow.Store(n) // what Close left on disk
 	if n > 0 {
-		d.settle.stats.handedBack.Add(n)
-		d.zlog.Info("events kept in the disk buffer without being read back; they get no callback",
-			zap.Int64("events", n), zap.String("dir", d.dir))
+		d.settle.stats.handedBack.Add(n) // Close logs one line for every hand-back
 		d.q.dischargeRuns(runs)
 	}
 	return n
