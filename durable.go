@@ -189,6 +189,11 @@ func WithSegmentSize(bytes int64) DiskOption {
 // the events in memory: Close's error says how many it kept, and they are
 // counted in Stats.HandedBack and Stats.OnDisk.
 //
+// The directory must be left to the client: events whose records another
+// process removes, cuts short or replaces before they are read back are
+// failed without a callback and counted in Stats.DiskLost (one error log
+// line names how many); docs/durable.md lists each such case.
+//
 // An enqueue call then costs one append to the log more; it returns an
 // error matching ErrQueueFull past the disk limit (WithDiskLimit; the
 // non-blocking calls at once, EnqueueContext once its context ends, as it
@@ -226,9 +231,9 @@ type durable struct {
 	stopped  sync.WaitGroup
 	observer func()
 
-	replayed atomic.Int64 // events an earlier client left, less those found not to be events or unreadable
+	replayed atomic.Int64 // events an earlier client left, less those found not to be events
 	skipped  atomic.Int64 // replayed records with a valid checksum but no JSON object
-	lost     atomic.Int64 // replayed events whose record could no longer be read back
+	lost     atomic.Int64 // events on disk only whose record was gone when read back (Stats.DiskLost)
 
 	// The disk as the buffer (spill.go).
 	q         *queue

@@ -273,15 +273,22 @@ type Stats struct {
 	RejectedDisk     int64 // enqueue calls rejected with a *DiskError (durable mode)
 
 	// Durable mode only (WithDiskBuffer), found at New:
-	Replayed    int64 // events an earlier client left in the disk buffer, sent first (less records found not to be events, or unreadable, when read back: those are in DiskCorrupt)
+	Replayed    int64 // events an earlier client left in the disk buffer, sent first (less records found not to be events when read back: those are in DiskCorrupt)
 	DiskTorn    int64 // torn records (a write cut short by a crash) skipped at New
-	DiskCorrupt int64 // corrupt regions before valid records skipped at New, and replayed records that were not events or could no longer be read
+	DiskCorrupt int64 // corrupt regions before valid records skipped at New, and replayed records that were not events
 	DiskMissing int64 // segments lost from the directory (a gap in their numbers, or no valid header), found at New
 	DiskSkipped int64 // directory entries named like disk buffer files that are not regular files, ignored at New
 
 	// Durable mode: the disk as the buffer (QueueCapacity bounds memory,
 	// WithDiskLimit what is accepted; see WithDiskBuffer).
 	Spilled int64 // events accepted while memory was full (or events were already on disk only), written to the disk buffer only and read back later
+	// DiskLost: accepted or replayed events whose records were found gone
+	// from disk before they could be read back (their segment file
+	// removed, replaced, cut short or overwritten by another process),
+	// at any time, Close included. They are counted in Failed too and get
+	// no callback (no message can be rebuilt from them); an error log
+	// line names how many.
+	DiskLost int64
 	// OnDisk is not cumulative: the accepted and replayed events that are
 	// on disk only now, waiting to be read back into memory. After Close
 	// it is the number Close kept there for the next client (in memory or
@@ -356,7 +363,7 @@ func (c *Client) Stats() Stats {
 			st.DiskBytes = d.log.Size()
 		}
 		ds := d.log.Stats()
-		st.DiskTorn, st.DiskCorrupt = int64(ds.Torn), int64(ds.Corrupt)+d.skipped.Load()+d.lost.Load()
+		st.DiskTorn, st.DiskCorrupt, st.DiskLost = int64(ds.Torn), int64(ds.Corrupt)+d.skipped.Load(), d.lost.Load()
 		st.DiskMissing, st.DiskSkipped = int64(ds.Missing), int64(ds.Skipped)
 	}
 	return st
