@@ -29,6 +29,7 @@ type consumer struct {
 	onAttempt func(AttemptInfo) // WithAttemptHook; nil without (see observe.go)
 	limits    *limits           // what the server's refusals taught (isolate.go)
 	trying    chan struct{}     // the turn of an untried body size this consumer holds, nil if none (R69)
+	search    int64             // the search for the body limit during which the attempt was sent (R67)
 }
 
 // retryPolicy is what the consumer needs of the configuration.
@@ -80,9 +81,20 @@ func (w *consumer) next() *batch {
 			}
 			continue
 		}
+		mine, answer := w.claim()
+		if answer != nil {
+			if !w.sleepUntil(answer) {
+				return nil
+			}
+			continue
+		}
 		b, open := w.q.take(now)
 		if b != nil {
+			w.trying = mine
 			return b
+		}
+		if mine != nil {
+			w.limits.tried(mine)
 		}
 		w.endProbe() // nothing to probe with: the gate opens for everyone
 		wait := t.wait
@@ -93,6 +105,29 @@ func (w *consumer) next() *batch {
 			return nil
 		}
 	}
+}
+
+// claim asks for the turn of an untried size before a new batch is taken
+// (limits.claim, R69); both nil without learned limits.
+func (w *consumer) claim() (mine, wait chan struct{}) {
+	if w.limits == nil {
+		return nil, nil
+	}
+	return w.limits.claim()
+}
+
+// sleepUntil waits for answer, a due batch in the waiting room, retire or
+// shutdown; it reports false when the consumer must stop.
+func (w *consumer) sleepUntil(answer chan struct{}) bool {
+	select {
+	case <-answer:
+	case <-w.room.ready:
+	case <-w.retire:
+		return false
+	case <-w.interrupt.Done():
+		return false
+	}
+	return true
 }
 
 // sleepGate waits at a shut gate: for its deadline, or for the answer to
