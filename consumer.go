@@ -94,7 +94,7 @@ func (w *consumer) next() *batch {
 			return b
 		}
 		if mine != nil {
-			w.limits.tried(mine)
+			w.limits.done(mine)
 		}
 		w.endProbe() // nothing to probe with: the gate opens for everyone
 		wait := t.wait

@@ -105,15 +105,15 @@ func raise(a *atomic.Int64, v int) {
 // try asks to send a body of the given size (R69). When the server has
 // accepted one at least as large, or no body of an untried size is on the
 // wire, it returns wait nil: the caller may send, and when mine is not nil
-// it holds the turn and gives it back with tried at the end of its
+// it holds the turn and gives it back with done at the end of its
 // attempt. Otherwise the caller waits for wait to close and asks again.
 func (l *limits) try(size int) (mine, wait chan struct{}) {
-	if int64(size) <= l.acceptedSize.Load() {
+	if l.tried(size) {
 		return nil, nil // the common case takes no lock
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if int64(size) <= l.acceptedSize.Load() {
+	if l.tried(size) {
 		return nil, nil
 	}
 	if l.trying != nil {
@@ -127,7 +127,7 @@ func (l *limits) try(size int) (mine, wait chan struct{}) {
 // answer to a body of an untried size may change where batches close
 // (nothing accepted yet, or a search for the body limit going on), only
 // the consumer holding the turn of an untried size takes one: claim then
-// returns mine, the turn (given back with tried), or wait, closed at the
+// returns mine, the turn (given back with done), or wait, closed at the
 // answer of the body on the wire, before which the caller takes nothing.
 // The events stay in the queue meanwhile and are batched at what the
 // answer teaches (R69). Otherwise both are nil.
@@ -144,8 +144,22 @@ func (l *limits) claim() (mine, wait chan struct{}) {
 	return l.trying, nil
 }
 
-// tried gives back the turn try handed out, whatever the attempt's end.
-func (l *limits) tried(mine chan struct{}) {
+// untriedFloor is the body size up to which R69 holds no body back until
+// the first 413: small batches (a few events each, as at a low rate) go
+// side by side from the first request on, also while the server answers
+// nothing but failures. Once a 413 has come, every size the server has not
+// accepted goes alone, however small.
+const untriedFloor = 16 << 10
+
+// tried reports whether a body of the given size may go side by side with
+// others (R69): the server accepted one at least as large, or no 413 has
+// come yet and it is within untriedFloor.
+func (l *limits) tried(size int) bool {
+	return int64(size) <= l.acceptedSize.Load() || (size <= untriedFloor && l.body.Load() == 0)
+}
+
+// done gives back the turn try handed out, whatever the attempt's end.
+func (l *limits) done(mine chan struct{}) {
 	l.mu.Lock()
 	if l.trying == mine {
 		l.trying = nil
@@ -197,11 +211,13 @@ func (l *limits) refusedSize(size, estimate, n int, search int64) {
 		l.acceptedSize.Store(0)
 		l.acceptedBody.Store(0)
 		l.refusedBody, l.refusals = 0, 0
-		l.searches.Add(1)
 	case int64(estimate) <= l.acceptedSize.Load():
 		// Refused, though no larger as reckoned than one accepted: the
 		// frame of that one was shorter. Its size as sent is safe.
 		l.acceptedSize.Store(l.acceptedBody.Load())
+	}
+	if l.refusedBody == 0 {
+		l.searches.Add(1) // a search begins: bodies already on the wire cost it nothing
 	}
 	if l.refusedBody == 0 || estimate < l.refusedBody {
 		l.refusedBody = estimate
@@ -360,7 +376,7 @@ func (w *consumer) ready(b *batch) bool {
 			w.trying = mine
 			w.search = w.limits.searches.Load()
 			w.fit(b)
-			if w.trying != nil && int64(w.limits.size(b, w.q.perEvent)) <= w.limits.acceptedSize.Load() {
+			if w.trying != nil && w.limits.tried(w.limits.size(b, w.q.perEvent)) {
 				w.endTry() // what is left of b is of a size the server took: others need not wait
 			}
 			return true
@@ -378,7 +394,7 @@ func (w *consumer) ready(b *batch) bool {
 // (R69).
 func (w *consumer) endTry() {
 	if w.trying != nil {
-		w.limits.tried(w.trying)
+		w.limits.done(w.trying)
 		w.trying = nil
 	}
 }
@@ -422,6 +438,8 @@ func (w *consumer) adapt(b *batch, resp response, err error, v verdict, now time
 	case resp.status == http.StatusRequestEntityTooLarge && len(b.events) > 1:
 		b.tooMany = 0
 		w.limits.refusedSize(size, estimate, len(b.events), w.search)
+		w.log.Debug("batch answered 413: sending it again in pieces of the size being tried", // R51
+			zap.Int("events", len(b.events)), zap.Int("bodyBytes", w.limits.bodyLimit()))
 		// Instead of R3's halves, the batch waits, whole and due at once,
 		// to be cut at the size the search tries next when it may be sent
 		// (ready).
