@@ -137,7 +137,12 @@ func TestBodyLimitThatGoesDownIsLearnedAgain(t *testing.T) {
 		t.Logf("refusals %d under 12 000 bytes, %d under 3 000; %d accepted requests; limit now %d", before, refused-before, accepted, c.Stats().BodyLimit)
 		assert.LessOrEqual(t, before, searchRefusals, "refusals under the first limit")
 		assert.LessOrEqual(t, refused-before, searchRefusals, "refusals once the limit went down")
-		assert.LessOrEqual(t, c.Stats().BodyLimit, int64(3_000))
+		reqs := api.requests()
+		last := reqs[len(reqs)-10:]
+		for _, r := range last {
+			assert.LessOrEqual(t, len(r.body), 3_000, "a body sent once the limit was learned again")
+		}
+		assert.Greater(t, float64(c.Stats().BodyLimit)*probeStep, 3_000.0, "batches close within probeStep of the new limit")
 		for id, n := range cb.dispositions() {
 			require.Equal(t, 1, n, id)
 		}

@@ -286,9 +286,13 @@ func (w *consumer) retryLater(b *batch, now time.Time) {
 		w.settle.failed(b, &DeliveryError{Reason: ErrBackoffDurationExceeded, Last: b.lastErr, Attempts: b.attempts})
 		return
 	}
-	k := w.room.failed(b) // R61: k restarts at every 2xx to anyone
+	k, healthy := w.room.failed(b) // R61: k restarts at every 2xx to anyone
 	d, custom := w.policy.compatDelay(b.retries)
-	if !custom {
+	switch {
+	case custom:
+	case healthy:
+		d = healthyWait() // R61: short while the server is healthy (R63)
+	default:
 		d = w.policy.delay(k)
 	}
 	b.retries++

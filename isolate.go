@@ -62,10 +62,11 @@ type limits struct {
 	maxBytes int // the configured byte budget of a batch's events (R45)
 
 	mu            sync.Mutex
-	refusedBody   int // smallest size (see size) answered 413 in this search; 0: none yet
-	refusals      int // 413s in this search
-	oneEvent      int // the size of a body of one event, as the refused batches average it
-	refusedEvents int // fewest events in a batch split after repeated 429s (R68); 0: none yet
+	refusedBody   int  // smallest size (see size) answered 413 in this search; 0: none yet
+	refusals      int  // 413s in this search
+	oneEvent      int  // the size of a body of one event, as the refused batches average it
+	asSent        bool // the search goes by the largest body accepted as sent, not as reckoned
+	refusedEvents int  // fewest events in a batch split after repeated 429s (R68); 0: none yet
 
 	acceptedEvents atomic.Int64  // most events in a batch answered 2xx since New (R68)
 	acceptedSize   atomic.Int64  // largest size (see size) answered 2xx since New, or since the limit went down (R67, R69)
@@ -213,8 +214,9 @@ func (l *limits) refusedSize(size, estimate, n int, search int64) {
 		l.refusedBody, l.refusals = 0, 0
 	case int64(estimate) <= l.acceptedSize.Load():
 		// Refused, though no larger as reckoned than one accepted: the
-		// frame of that one was shorter. Its size as sent is safe.
+		// frame of that one was shorter. Sizes as sent are safe.
 		l.acceptedSize.Store(l.acceptedBody.Load())
+		l.asSent = true
 	}
 	if l.refusedBody == 0 {
 		l.searches.Add(1) // a search begins: bodies already on the wire cost it nothing
@@ -249,7 +251,13 @@ func (l *limits) bodyTargetLocked() int {
 	if hi == 0 {
 		return 0
 	}
+	// The largest body accepted, as reckoned; once one reckoned no larger
+	// was refused (its sentAt was longer), as sent, which is safe whatever
+	// the sentAt's length.
 	lo := int(min(l.acceptedSize.Load(), int64(hi-1)))
+	if l.asSent {
+		lo = int(min(l.acceptedBody.Load(), int64(hi-1)))
+	}
 	floor := max(min(l.oneEvent, hi-1), 1) // one event's body: a batch of one event
 	left := searchRefusals - l.refusals
 	switch {

@@ -121,12 +121,13 @@ func (h *health) allowed(now time.Time) time.Duration {
 }
 
 // failed records a counted failure of b (R60) and returns the k of its
-// next wait: b's counted failures since the server last answered 2xx to any
-// batch (R61), or 1 while the recent answers other than b's own streak show
-// a healthy server (R63), so that a batch unlucky on its own against a
-// server that answers most requests does not sit out growing waits, even
-// when it is the last one left and its own failures fill the window.
-func (r *waitingRoom) failed(b *batch) (k int) {
+// next wait, b's counted failures since the server last answered 2xx to any
+// batch (R61), and whether the recent answers other than b's own streak
+// show a healthy server (R63): then b waits the short healthy wait
+// whatever k, so that a batch unlucky on its own against a server that
+// answers most requests does not sit out growing waits, even when it is the
+// last one left and its own failures fill the window.
+func (r *waitingRoom) failed(b *batch) (k int, healthy bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.health.note(true)
@@ -134,10 +135,19 @@ func (r *waitingRoom) failed(b *batch) (k int) {
 		b.epoch, b.streak = r.health.epoch, 0
 	}
 	b.streak++
-	if r.health.healthy(b.streak) {
-		return 1
-	}
-	return b.streak
+	return b.streak, r.health.healthy(b.streak)
+}
+
+// Bounds of the healthy wait d_h (R61): a counted retry against a healthy
+// server waits a uniform draw between them, whatever its streak.
+const (
+	healthyWaitMin = 80 * time.Millisecond
+	healthyWaitMax = 120 * time.Millisecond
+)
+
+// healthyWait draws d_h, uniform in [healthyWaitMin, healthyWaitMax] (R61).
+func healthyWait() time.Duration {
+	return healthyWaitMin + rand.N(healthyWaitMax-healthyWaitMin+1)
 }
 
 // succeeded records a 2xx at now (R60): it pays allowancePerSuccess into
