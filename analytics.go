@@ -1,9 +1,11 @@
 package analytics
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -74,6 +76,9 @@ type Client struct {
 	limits       *limits      // the server's limits learned from its refusals (R67, R68)
 	noLibrary    bool         // shared.Compat NoLibrary (compat.go)
 	stopRetries  *atomic.Bool // shared.Compat FastClose: set when Close begins; nil without
+	// successName and errorName: what Close's error calls OnSuccess and
+	// OnError (shared.Compat; blockedCallbacks).
+	successName, errorName string
 
 	closed          atomic.Bool        // fast path for enqueue after Close
 	retire          chan struct{}      // closed by Close once consumers are no longer needed
@@ -104,6 +109,9 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 	lim := newLimits(q, s.writeKey)
 	cfg := s.Config
 	cfg.Endpoint = redactURL(cfg.Endpoint) // safe in every form: %+v, JSON, slog, zap.Any
+	if s.disk != nil {
+		cfg.DiskBuffer, cfg.DiskLimit = s.disk.dir, s.disk.limit
+	}
 	c := &Client{
 		cfg:  cfg,
 		log:  s.logger,
@@ -119,12 +127,15 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 		keepMessages: s.onSuccess != nil,
 		defaults:     newDefaults(s.defaultContext, s.defaultProperties),
 		noLibrary:    s.compat.NoLibrary,
+		successName:  cmp.Or(s.compat.SuccessName, "OnSuccess"),
+		errorName:    cmp.Or(s.compat.ErrorName, "OnError"),
 		retire:       make(chan struct{}),
 		limits:       lim,
 	}
 	if s.compat.FastClose {
 		c.stopRetries = new(atomic.Bool)
 	}
+	c.room.unpaced = s.compat.NoRetryAllowance
 	if s.disk != nil {
 		var replay int
 		c.disk, replay, err = openDurable(s.disk, s.logger)
@@ -283,7 +294,10 @@ const lastChance = 250 * time.Millisecond
 // Close returns no later than ctx's deadline plus 0.5 s. If the hand-back
 // callbacks (or a callback a consumer is running) have not finished by
 // then, Close returns anyway and they finish on their own goroutines; the
-// count in its error includes those events. A nil ctx means
+// count in its error includes those events, and the error names each
+// callback that had not returned with the number of events it was still
+// reporting ("OnSuccess did not return (2 event(s) still being
+// reported)"). A nil ctx means
 // context.Background(). Delivery failures are reported through OnError
 // only. A second Close returns ErrClosed.
 //
@@ -351,6 +365,7 @@ func (c *Client) Close(ctx context.Context) error {
 		}
 	}
 	var grace <-chan time.Time
+	stuck := false // the grace ran out: a callback had not returned
 	if interrupted {
 		if graceEnd.IsZero() {
 			graceEnd = time.Now().Add(closeGrace)
@@ -362,6 +377,7 @@ func (c *Client) Close(ctx context.Context) error {
 		case <-exited:
 		case <-grace:
 			grace = closedTimeChan
+			stuck = true
 			c.log.Error("consumers did not stop within the shutdown grace period; a callback may be blocking")
 		}
 	}
@@ -399,6 +415,7 @@ func (c *Client) Close(ctx context.Context) error {
 			select {
 			case <-settled:
 			case <-grace:
+				stuck = true
 				c.log.Error("hand-back callbacks still running when Close returned", zap.Int("events", handing))
 			}
 		}
@@ -415,6 +432,9 @@ func (c *Client) Close(ctx context.Context) error {
 	if n == 0 && !(interrupted && c.q.outstanding() > 0) {
 		return nil
 	}
+	if stuck {
+		kept += c.blockedCallbacks()
+	}
 	if doneBefore != nil {
 		return fmt.Errorf("%w: %d event(s) handed back%s: Close's context was already done before Close started (%w); "+
 			"derive it from context.Background(), e.g. context.WithTimeout(context.Background(), 10*time.Second)",
@@ -424,6 +444,26 @@ func (c *Client) Close(ctx context.Context) error {
 		return fmt.Errorf("%w: %d event(s) handed back%s: %w", ErrShutdownInterrupted, n, kept, cause)
 	}
 	return fmt.Errorf("%w: %d event(s) handed back%s", ErrShutdownInterrupted, n, kept)
+}
+
+// blockedCallbacks names, for Close's error, the callbacks that had not
+// returned when Close gave up waiting for them, and how many events each
+// was still reporting: "; OnSuccess did not return (2 event(s) still
+// being reported)". Empty when every callback had returned by then.
+func (c *Client) blockedCallbacks() string {
+	var parts []string
+	for _, cb := range []struct {
+		name string
+		n    int64
+	}{{c.successName, c.settle.inSuccess.Load()}, {c.errorName, c.settle.inError.Load()}} {
+		if cb.n > 0 {
+			parts = append(parts, fmt.Sprintf("%s did not return (%d event(s) still being reported)", cb.name, cb.n))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "; " + strings.Join(parts, "; ")
 }
 
 // closeTimeoutError is the cause of an interruption by CloseTimeout. It

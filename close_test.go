@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -158,5 +159,40 @@ func TestCloseTimeoutValidated(t *testing.T) {
 		if assert.ErrorAs(t, err, &ce, d) {
 			assert.Equal(t, "CloseTimeout", ce.Field)
 		}
+	}
+}
+
+// A callback that does not return within Close's deadline and grace: Close
+// returns, and its error names the callback and how many events it was
+// still reporting (the handed-back count alone says 0 for them).
+func TestCloseErrorNamesBlockedCallback(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		status int
+		want   string
+	}{
+		{"OnSuccess", 200, "OnSuccess did not return (2 event(s) still being reported)"},
+		{"OnError", 400, "OnError did not return (1 event(s) still being reported)"}, // a 400 fails each event alone (R66)
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				entered, release := make(chan struct{}), make(chan struct{})
+				block := func() { close(entered); <-release }
+				api := newFakeAPI(func(int, seen) reply { return reply{status: tc.status} })
+				c := newTestClient(t, api, nil, WithFlushAt(2), noAudit("the callback is still running at Close"),
+					WithOnSuccess(func([]Message) { block() }), WithOnError(func(error, []Message) { block() }))
+				mustTrack(t, c, "a")
+				mustTrack(t, c, "b")
+				<-entered
+				err := closeClient(t, c, time.Second)
+				close(release)
+				if !errors.Is(err, ErrShutdownInterrupted) {
+					t.Fatalf("Close: %v, want ErrShutdownInterrupted", err)
+				}
+				if !strings.Contains(err.Error(), tc.want) {
+					t.Errorf("Close: %q, want it to say %q", err, tc.want)
+				}
+			})
+		})
 	}
 }

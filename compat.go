@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"container/heap"
 	"encoding/json"
+	"strings"
 	"time"
 
 	"github.com/relaykit/analytics-go/internal/shared"
@@ -17,17 +18,25 @@ func init() {
 	shared.CompatOption = func(c shared.Compat) any {
 		return optionFunc(func(s *settings) {
 			if len(c.BodyFields) > 0 && !validBodyFields(c.BodyFields) {
-				s.errs = append(s.errs, invalid("BodyFields", len(c.BodyFields), "must be at most MaxEventBytes of JSON object members"))
+				s.errs = append(s.errs, invalid("BodyFields", len(c.BodyFields), "must be at most shared.MaxBodyFields bytes of JSON object members"))
 			}
 			s.compat = c
 		})
 	}
+	shared.MaxBodyFields = maxBodyFields
+	shared.CheckEndpoint = func(endpoint string) error {
+		return checkEndpoint(strings.TrimSuffix(endpoint, "/"))
+	}
 }
 
+// maxBodyFields is the most shared.Compat BodyFields may take of a batch:
+// the rest still holds one event of MaxEventBytes.
+const maxBodyFields = batchEventBytes - MaxEventBytes
+
 // validBodyFields reports whether members are JSON object members that
-// take none of the body's own keys, within MaxEventBytes.
+// take none of the body's own keys, within maxBodyFields.
 func validBodyFields(members []byte) bool {
-	if len(members) > MaxEventBytes {
+	if len(members) > maxBodyFields {
 		return false
 	}
 	obj := append(append([]byte{'{'}, members...), '}')

@@ -3,7 +3,10 @@ package analytics
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -79,7 +82,7 @@ func TestCompatBodyFieldsAndNoLibrary(t *testing.T) {
 }
 
 func TestCompatBodyFieldsValidated(t *testing.T) {
-	for _, f := range []string{`"batch":[]`, `"sentAt":1`, `{"a":1}`, `"a":`, `,"a":1`, `"a":"` + strings.Repeat("x", MaxEventBytes) + `"`} {
+	for _, f := range []string{`"batch":[]`, `"sentAt":1`, `{"a":1}`, `"a":`, `,"a":1`, `"a":"` + strings.Repeat("x", maxBodyFields) + `"`} {
 		_, err := New("wk", compatOption(shared.Compat{BodyFields: []byte(f)}))
 		var ce *ConfigError
 		if !errors.As(err, &ce) || ce.Field != "BodyFields" {
@@ -202,6 +205,74 @@ func TestCompatFastCloseInFlight(t *testing.T) {
 			if n := len(api.requests()); n != 1 {
 				t.Errorf("status %d: %d requests, want 1", rep.status, n)
 			}
+		})
+	}
+}
+
+// AnyEndpoint and AnyWriteKey accept what segment v3 accepted: the request
+// goes to Endpoint + "/v1/batch" as given, with the key as given; without
+// them New refuses both.
+func TestCompatAnyEndpointAndWriteKey(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var got []string
+		rt := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			user, _, _ := r.BasicAuth()
+			got = append(got, r.URL.String(), user)
+			return &http.Response{StatusCode: 200, Body: io.NopCloser(strings.NewReader("{}")), Request: r}, nil
+		})
+		opts := []Option{WithEndpoint("https://api.example.com/v1/batch"), WithHTTPClient(&http.Client{Transport: rt})}
+		if _, err := New(" wk\n", opts...); err == nil {
+			t.Fatal("New accepted the key and endpoint without AnyWriteKey and AnyEndpoint")
+		}
+		c, err := New(" wk\n", append(opts, compatOption(shared.Compat{AnyEndpoint: true, AnyWriteKey: true}))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustTrack(t, c, "m1")
+		if err := closeClient(t, c, time.Second); err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"https://api.example.com/v1/batch/v1/batch", " wk\n"}
+		if !slices.Equal(got, want) {
+			t.Errorf("requests %q, want %q", got, want)
+		}
+		if shared.CheckEndpoint("https://api.example.com/v1/batch") == nil || shared.CheckEndpoint("https://api.example.com/") != nil {
+			t.Error("CheckEndpoint does not apply WithEndpoint's checks")
+		}
+	})
+}
+
+// NoRetryAllowance: every counted retry goes when its RetryDelay is over,
+// however many batches fail at once; without it the retry allowance paces
+// them (R63).
+func TestCompatNoRetryAllowance(t *testing.T) {
+	for _, unpaced := range []bool{false, true} {
+		t.Run(fmt.Sprint("NoRetryAllowance=", unpaced), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				api := newFakeAPI(func(int, seen) reply { return reply{status: 500} })
+				c := newTestClient(t, api, nil, WithFlushAt(1), WithMaxRetries(1), compatOption(shared.Compat{
+					RetryDelay: func(int) time.Duration { return time.Second }, NoRetryAllowance: unpaced,
+				}))
+				start := time.Now()
+				for i := range 40 {
+					mustTrack(t, c, fmt.Sprint(i))
+				}
+				if err := flush(t, c, time.Minute); err != nil {
+					t.Fatal(err)
+				}
+				reqs := api.requests()
+				if len(reqs) != 80 {
+					t.Fatalf("%d requests, want 80", len(reqs))
+				}
+				last := reqs[len(reqs)-1].at.Sub(start)
+				if unpaced && last != time.Second {
+					t.Errorf("last retry after %v, want every retry after its 1 s", last)
+				}
+				if !unpaced && last < 4*time.Second { // 20 tokens, then 5 per second
+					t.Errorf("last retry after %v, want the allowance to pace the 40 retries", last)
+				}
+			})
 		})
 	}
 }

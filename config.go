@@ -113,15 +113,25 @@ type Config struct {
 	// CloseTimeout bounds a Close whose context has no deadline
 	// (WithCloseTimeout); 0 means nothing does.
 	CloseTimeout time.Duration
+	// DiskBuffer is the directory of the disk buffer (WithDiskBuffer): not
+	// empty exactly when the client is in durable mode.
+	DiskBuffer string
+	// DiskLimit is the most bytes the disk buffer's files may take
+	// (WithDiskLimit); 0 when DiskBuffer is empty.
+	DiskLimit int64
 }
 
 // String renders the configuration on one line for logs; user information
 // in the endpoint URL (a password) is shown as xxxxx.
 func (c Config) String() string {
+	disk := "diskBuffer=off"
+	if c.DiskBuffer != "" {
+		disk = fmt.Sprintf("diskBuffer=%q diskLimit=%d", c.DiskBuffer, c.DiskLimit)
+	}
 	return fmt.Sprintf("endpoint=%s flushAt=%d flushInterval=%s queueCapacity=%d consumers=%d httpTimeout=%s "+
-		"maxRetries=%d maxTotalBackoffDuration=%s maxRateLimitDuration=%s gzip=%t eventSentAt=%t closeTimeout=%s",
+		"maxRetries=%d maxTotalBackoffDuration=%s maxRateLimitDuration=%s gzip=%t eventSentAt=%t closeTimeout=%s %s",
 		redactURL(c.Endpoint), c.FlushAt, c.FlushInterval, c.QueueCapacity, c.Consumers, c.HTTPTimeout,
-		c.MaxRetries, c.MaxTotalBackoffDuration, c.MaxRateLimitDuration, c.Gzip, c.EventSentAt, c.CloseTimeout)
+		c.MaxRetries, c.MaxTotalBackoffDuration, c.MaxRateLimitDuration, c.Gzip, c.EventSentAt, c.CloseTimeout, disk)
 }
 
 // ConfigError reports an invalid option given to New. Field names the
@@ -332,6 +342,11 @@ func WithOnSuccess(f func(events []Message)) Option {
 // last OnError call returns. With WithOnSuccess registered as well, every
 // event carries a copy made at enqueue instead (see Message), and OnError
 // gets those copies.
+//
+// To keep undelivered events and send them again later, write each with
+// json.Marshal (the wire format, one JSON object per line) and read it
+// back with UnmarshalMessage: it keeps MessageID and Timestamp, so the API
+// drops a repeat (see ExampleUnmarshalMessage).
 func WithOnError(f func(err error, events []Message)) Option {
 	return optionFunc(func(s *settings) { s.onError = f })
 }
@@ -377,18 +392,18 @@ func resolve(writeKey string, opts []Option) (settings, error) {
 	if len(s.errs) > 0 {
 		return s, s.errs[0]
 	}
-	if strings.TrimSpace(writeKey) == "" && !s.compat.AllowEmptyWriteKey {
+	if strings.TrimSpace(writeKey) == "" && !s.compat.AnyWriteKey {
 		return s, invalid("WriteKey", `""`, "must not be empty")
 	}
 	// Refused, not trimmed: a key read from a secret file with its newline
 	// would otherwise get a 401 on every request, and trimming silently
 	// would hide a secret that is broken where it is stored.
-	if strings.TrimSpace(writeKey) != writeKey {
+	if strings.TrimSpace(writeKey) != writeKey && !s.compat.AnyWriteKey {
 		return s, invalid("WriteKey", "redacted", "has leading or trailing whitespace (a newline from a secret file?); "+
 			"trim it before calling New, e.g. strings.TrimSpace")
 	}
 	s.Endpoint = strings.TrimSuffix(s.Endpoint, "/") // R1
-	if err := checkEndpoint(s.Endpoint); err != nil {
+	if err := checkEndpoint(s.Endpoint); err != nil && !s.compat.AnyEndpoint {
 		return s, err
 	}
 	s.CustomHTTPClient = s.httpClient != nil

@@ -233,7 +233,7 @@ func (w *consumer) attempt(b *batch) {
 		w.settle.stats.rateLimited.Add(1)
 		opened, expired, ok := w.room.rateLimited(now, v.delay, b) // R31, R32
 		if opened {
-			w.log.Debug("rate-limit episode started", zap.Int("status", resp.status), zap.Duration("retryAfter", v.delay)) // R51
+			w.log.Debug("rate-limit episode started", zap.Int("status", resp.status), durationField("retryAfter", v.delay)) // R51
 		}
 		w.settle.rateLimitExceeded(expired) // R35; b among them
 		if !ok {

@@ -262,11 +262,11 @@ func openDurable(d *diskSettings, zlog *zap.Logger) (*durable, int, error) {
 	dur := &durable{log: log, dir: d.dir, policy: d.policy, zlog: zlog, stop: make(chan struct{}), observer: d.syncObserver,
 		wake: make(chan struct{}, 1), readStop: make(chan struct{}), readDone: make(chan struct{})}
 	dur.replayed.Store(int64(n))
-	if st := log.Stats(); st != (diskbuf.Stats{}) || n > 0 {
-		zlog.Info("disk buffer opened", zap.String("dir", d.dir), zap.Int("replayed", n),
-			zap.Int("torn", st.Torn), zap.Int("corrupt", st.Corrupt),
-			zap.Int("missingSegments", st.Missing), zap.Int("skippedEntries", st.Skipped))
-	}
+	st := log.Stats() // logged at every start, so that durable mode shows in the logs
+	zlog.Info("disk buffer opened", zap.String("dir", d.dir), zap.Int("replayed", n),
+		zap.Int64("bytes", log.Size()), zap.Int64("limit", d.limit),
+		zap.Int("torn", st.Torn), zap.Int("corrupt", st.Corrupt),
+		zap.Int("missingSegments", st.Missing), zap.Int("skippedEntries", st.Skipped))
 	if d.policy == FsyncInterval {
 		dur.stopped.Add(1)
 		go dur.syncEvery(d.interval)

@@ -1,7 +1,10 @@
 package analytics_test
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -425,4 +428,70 @@ func ExampleWithOAuth() {
 	// Output:
 	// assertion verified: true kid: my-key
 	// upload answered: 200
+}
+
+// Dead letters: OnError writes the events it gets as JSON lines (here to a
+// bytes.Buffer; in a service, a file opened with os.O_APPEND), and the next
+// start reads them back with UnmarshalMessage and enqueues them again. They
+// keep their messageId and timestamp, so the API drops any repeat.
+func ExampleUnmarshalMessage() {
+	srv, err := analyticstest.StartServer()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer srv.Close()
+	srv.SetResponse(http.StatusServiceUnavailable, `{}`) // the API is down
+
+	var (
+		mu         sync.Mutex
+		deadLetter bytes.Buffer // a file in a real service
+	)
+	client, err := analytics.New("WRITE_KEY",
+		analytics.WithEndpoint(srv.URL()),
+		analytics.WithMaxRetries(0), // give up at once, for the example
+		analytics.WithOnError(func(err error, events []analytics.Message) {
+			mu.Lock()
+			defer mu.Unlock()
+			enc := json.NewEncoder(&deadLetter) // one JSON object per line
+			for _, m := range events {
+				_ = enc.Encode(m) // handle the error in real code
+			}
+		}),
+	)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	_ = client.Track(analytics.Track{UserID: "user-42", Event: "Order Completed",
+		Properties: analytics.Properties{"order_id": 1001, "total": 129.5}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = client.Close(ctx)
+	firstID := srv.Requests()[0].Events[0]["messageId"]
+
+	// The next start: the API is back.
+	srv.SetResponse(http.StatusOK, `{}`)
+	client, err = analytics.New("WRITE_KEY", analytics.WithEndpoint(srv.URL()))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	lines := bufio.NewScanner(&deadLetter)
+	for lines.Scan() {
+		m, err := analytics.UnmarshalMessage(lines.Bytes())
+		if err != nil {
+			fmt.Println("skipping a line:", err)
+			continue
+		}
+		if err := client.Enqueue(m); err != nil {
+			fmt.Println("not enqueued:", err)
+		}
+	}
+	_ = client.Close(ctx)
+	for _, tr := range srv.Tracks() {
+		fmt.Println("delivered:", tr.Event, tr.Properties["order_id"], tr.MessageID == firstID)
+	}
+	// Output:
+	// delivered: Order Completed 1001 true
 }

@@ -31,6 +31,9 @@ type Integrations = map[string]any
 // was sent, when the failure happens (WithOnError lists how they differ).
 // The client never keeps the caller's own maps, so a map literal written
 // at the call site can stay on the caller's stack.
+//
+// Every message type marshals with encoding/json to the event's wire
+// format (MarshalJSON), and UnmarshalMessage reads it back.
 type Message interface {
 	// Validate reports a *MessageError when a required field is missing.
 	Validate() error

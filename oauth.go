@@ -384,13 +384,13 @@ func (t *tokenSource) fetch(ctx context.Context) {
 	t.mu.Unlock()
 	switch {
 	case ferr == nil:
-		t.log.Debug("oauth token obtained", zap.Duration("lifetime", lifetime))
+		t.log.Debug("oauth token obtained", durationField("lifetime", lifetime))
 		t.room.reschedule(now, awaitsToken)
 	case ferr.Permanent:
 		t.log.Error("oauth token request failed; batches waiting for a token fail", zap.Error(ferr))
 		t.room.reschedule(now, awaitsToken)
 	default:
-		t.log.Warn("oauth token request failed; retrying", zap.Error(ferr), zap.Duration("retryIn", retryIn))
+		t.log.Warn("oauth token request failed; retrying", zap.Error(ferr), durationField("retryIn", retryIn))
 	}
 }
 

@@ -31,6 +31,7 @@ type waitingRoom struct {
 	seq      uint64        // arrival order, for ties of due instants
 	closed   bool          // Close has handed everything back: nothing may enter
 	noWait   bool          // Close waits for no retry (dueNow, compat.go): everything is due at once
+	unpaced  bool          // shared.Compat NoRetryAllowance: counted retries take no token (compat.go)
 
 	health health
 	// release is the first counted wait d_1 (R62): after a 2xx, no counted
@@ -401,7 +402,7 @@ func (r *waitingRoom) next(now time.Time, held chan struct{}) (t turn) {
 		t.wait = first.due.Sub(now)
 		return t
 	}
-	if first.b.retryPending && !first.b.rateLimited {
+	if first.b.retryPending && !first.b.rateLimited && !r.unpaced {
 		if wait := r.health.allowed(now); wait > 0 {
 			r.mu.Unlock()
 			t.wait, t.paced = wait, true

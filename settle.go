@@ -25,6 +25,10 @@ type settler struct {
 
 	stats counters
 
+	// inSuccess and inError count the events whose OnSuccess or OnError
+	// call has not returned yet, for Close's error.
+	inSuccess, inError atomic.Int64
+
 	dropMu    sync.Mutex
 	dropsSeen rejections // rejections already reported
 	dropLast  time.Time  // last aggregated rejection warning
@@ -88,7 +92,7 @@ func (s *settler) events(evs []event, err error) {
 	case err == nil:
 		s.stats.delivered.Add(n)
 		if s.onSuccess != nil {
-			s.callback(func() { s.onSuccess(s.messages(evs)) })
+			s.callback(&s.inSuccess, n, func() { s.onSuccess(s.messages(evs)) })
 		}
 	default:
 		if handedBack {
@@ -105,17 +109,20 @@ func (s *settler) events(evs []event, err error) {
 			s.log.Error("events not delivered", zap.Int64("events", n), zap.Error(err))
 		}
 		if s.onError != nil {
-			s.callback(func() { s.onError(err, s.messages(evs)) })
+			s.callback(&s.inError, n, func() { s.onError(err, s.messages(evs)) })
 		}
 	}
 	s.ledger.discharge(evs)
 	releaseEvents(evs)
 }
 
-// callback runs a user callback; a panic is logged, not propagated, so a
-// consumer survives it.
-func (s *settler) callback(f func()) {
+// callback runs a user callback reporting n events, counted in running
+// while it runs; a panic is logged, not propagated, so a consumer survives
+// it.
+func (s *settler) callback(running *atomic.Int64, n int64, f func()) {
+	running.Add(n)
 	defer func() {
+		running.Add(-n)
 		if r := recover(); r != nil {
 			s.log.Error("analytics callback panicked", zap.Any("panic", r))
 		}

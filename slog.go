@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"slices"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -85,6 +86,10 @@ func attrs(fields []zapcore.Field) []slog.Attr {
 	}
 	out := make([]slog.Attr, 0, len(enc.Fields))
 	for k, v := range enc.Fields {
+		if d, ok := v.(time.Duration); ok {
+			out = append(out, slog.String(k, d.String())) // "5s", not nanoseconds in JSON
+			continue
+		}
 		out = append(out, slog.Any(k, v))
 	}
 	slices.SortFunc(out, func(a, b slog.Attr) int {
@@ -98,3 +103,9 @@ func attrs(fields []zapcore.Field) []slog.Attr {
 	})
 	return out
 }
+
+// durationField is a duration in a log line, written as text ("5s",
+// "1m30s") by every encoder: zap's JSON encoders would otherwise write a
+// number in the unit of their configuration, and slog's JSON handler
+// nanoseconds.
+func durationField(key string, d time.Duration) zap.Field { return zap.Stringer(key, d) }

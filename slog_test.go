@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // recordingHandler is a slog.Handler that keeps every record, with the
@@ -143,4 +144,66 @@ func TestSlogCore(t *testing.T) {
 		}
 	}
 	assert.Equal(t, "INFO,WARN", strings.Join(levels, ","))
+}
+
+// Durations are text in the logs: "retryAfter":"5s" in the JSON of slog's
+// handler and of zap's production encoder, not 5000000000 or 5.
+func TestLoggedDurationsAreText(t *testing.T) {
+	run := func(t *testing.T, opt Option) {
+		synctest.Test(t, func(t *testing.T) {
+			api := newFakeAPI(sequence(reply{status: 429, header: map[string]string{"Retry-After": "5"}}, reply{status: 200}))
+			c, err := New("wk", WithEndpoint("http://api.test"), WithHTTPClient(&http.Client{Transport: api}), opt)
+			require.NoError(t, err)
+			auditLater(t, c, nil)
+			mustTrack(t, c, "a")
+			require.NoError(t, closeClient(t, c, time.Minute))
+			require.Len(t, api.requests(), 2)
+		})
+	}
+	t.Run("slog", func(t *testing.T) {
+		var buf syncBuffer
+		run(t, WithSlog(slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+		line := lineWith(t, buf.String(), "rate-limit episode started")
+		assert.Contains(t, line, `"retryAfter":"5s"`)
+	})
+	t.Run("zap", func(t *testing.T) {
+		var buf syncBuffer
+		core := zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(&buf), zapcore.DebugLevel)
+		run(t, WithLogger(zap.New(core)))
+		line := lineWith(t, buf.String(), "rate-limit episode started")
+		assert.Contains(t, line, `"retryAfter":"5s"`)
+	})
+	// A zap.Duration field from anywhere reaches slog as text too.
+	var buf syncBuffer
+	zap.New(&slogCore{h: slog.NewJSONHandler(&buf, nil)}).Info("x", zap.Duration("wait", 1500*time.Millisecond))
+	assert.Contains(t, buf.String(), `"wait":"1.5s"`)
+}
+
+// syncBuffer is a bytes.Buffer safe for the client's goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func lineWith(t *testing.T, text, msg string) string {
+	t.Helper()
+	for _, line := range strings.Split(text, "\n") {
+		if strings.Contains(line, `"`+msg+`"`) {
+			return line
+		}
+	}
+	t.Fatalf("no line %q in:\n%s", msg, text)
+	return ""
 }

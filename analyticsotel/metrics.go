@@ -27,11 +27,24 @@
 //	analytics.retries              counter         {request} counted retries sent
 //	analytics.rate_limited         counter         {response} responses with a usable Retry-After
 //	analytics.rate_limit.waits     counter         {wait}    waits of a consumer at the closed rate-limit gate
+//	analytics.isolations           counter         {batch}   batches answered 400 and halved to isolate the events at fault
+//	analytics.limit.body           gauge           By        body limit learned from a 413 (0 until learned)
+//	analytics.limit.events         gauge           {event}   events-per-request limit learned from 429s (0 until learned)
+//	analytics.disk.replayed        counter         {event}   events an earlier client left on disk, sent first (durable mode)
+//	analytics.disk.spilled         counter         {event}   events accepted while memory was full, kept on disk only
+//	analytics.disk.events          updowncounter   {event}   events on disk only now, waiting to be read back (the backlog)
+//	analytics.disk.usage           updowncounter   By        size of the disk buffer's files now
+//	analytics.disk.torn            counter         {record}  torn records skipped when the disk buffer was opened
+//	analytics.disk.corrupt         counter         {region}  corrupt regions skipped, and replayed records that were not events
+//	analytics.disk.missing         counter         {segment} segments found lost when the disk buffer was opened
+//	analytics.disk.skipped         counter         {file}    entries named like buffer files that are not regular files
 //	analytics.request.duration     histogram       s         duration of each HTTP attempt
 //	analytics.batch.size           histogram       {event}   events per HTTP attempt
 //	analytics.request.body.size    histogram       By        request body size per attempt, as sent
 //
-// The counters are read from Client.Stats when the MeterProvider collects;
+// Every field of analytics.Stats has an instrument. The counters, levels
+// and limits are read from Client.Stats when the MeterProvider collects
+// (the disk ones stay 0 without analytics.WithDiskBuffer);
 // the histograms are recorded by the hook after each attempt, with the
 // attributes http.response.status_code (when a response arrived),
 // error.type (the status code for a non-2xx response; "timeout",
@@ -63,23 +76,78 @@ type Metrics struct {
 	batchSize metric.Int64Histogram
 	bodySize  metric.Int64Histogram
 
-	accepted, rejected, delivered, failed, handedBack metric.Int64ObservableCounter
-	batches, requests, retries, rateLimited, waits    metric.Int64ObservableCounter
-	pending                                           metric.Int64ObservableUpDownCounter
+	// observables are the instruments of statInstruments, by name.
+	observables map[string]metric.Int64Observable
 
 	mu       sync.Mutex
 	reg      metric.Registration
 	observed bool
 }
 
-// Attribute values of analytics.rejection.reason.
-var (
-	reasonInvalid   = metric.WithAttributeSet(attribute.NewSet(attribute.String("analytics.rejection.reason", "invalid")))
-	reasonTooLarge  = metric.WithAttributeSet(attribute.NewSet(attribute.String("analytics.rejection.reason", "too_large")))
-	reasonQueueFull = metric.WithAttributeSet(attribute.NewSet(attribute.String("analytics.rejection.reason", "queue_full")))
-	reasonClosed    = metric.WithAttributeSet(attribute.NewSet(attribute.String("analytics.rejection.reason", "closed")))
-	reasonDisk      = metric.WithAttributeSet(attribute.NewSet(attribute.String("analytics.rejection.reason", "disk")))
+// kind is the kind of an observable instrument.
+type kind int
+
+const (
+	counter   kind = iota // cumulative, only grows
+	upDown                // a level that goes up and down (a sum)
+	gaugeKind             // a level that is not a sum (a limit)
 )
+
+// statInstrument reports one analytics.Stats field.
+type statInstrument struct {
+	field            string // the analytics.Stats field, for the test that every field has one
+	name, unit, desc string
+	kind             kind
+	reason           string // the analytics.rejection.reason attribute, or ""
+	get              func(analytics.Stats) int64
+}
+
+// statInstruments is every analytics.Stats field and the instrument that
+// reports it; TestEveryStatsFieldHasAnInstrument fails when a field has
+// none. Entries with the same name are one instrument, told apart by
+// reason.
+var statInstruments = []statInstrument{
+	{"Accepted", "analytics.events.accepted", "{event}", "Events accepted by an enqueue call.", counter, "", func(s analytics.Stats) int64 { return s.Accepted }},
+	{"RejectedInvalid", "analytics.events.rejected", "{event}", rejectedDesc, counter, "invalid", func(s analytics.Stats) int64 { return s.RejectedInvalid }},
+	{"RejectedTooLarge", "analytics.events.rejected", "{event}", rejectedDesc, counter, "too_large", func(s analytics.Stats) int64 { return s.RejectedTooLarge }},
+	{"RejectedQueueFull", "analytics.events.rejected", "{event}", rejectedDesc, counter, "queue_full", func(s analytics.Stats) int64 { return s.RejectedQueueFull }},
+	{"RejectedClosed", "analytics.events.rejected", "{event}", rejectedDesc, counter, "closed", func(s analytics.Stats) int64 { return s.RejectedClosed }},
+	{"RejectedDisk", "analytics.events.rejected", "{event}", rejectedDesc, counter, "disk", func(s analytics.Stats) int64 { return s.RejectedDisk }},
+	{"Delivered", "analytics.events.delivered", "{event}", "Events answered 2xx.", counter, "", func(s analytics.Stats) int64 { return s.Delivered }},
+	{"Failed", "analytics.events.failed", "{event}", "Events reported to OnError as failed.", counter, "", func(s analytics.Stats) int64 { return s.Failed }},
+	{"HandedBack", "analytics.events.handed_back", "{event}", "Events handed back at shutdown.", counter, "", func(s analytics.Stats) int64 { return s.HandedBack }},
+	{"Pending", "analytics.events.pending", "{event}", "Accepted events without a disposition yet: queued, in a batch, in flight or waiting for a retry.", upDown, "", func(s analytics.Stats) int64 { return s.Pending }},
+	{"Batches", "analytics.batches.delivered", "{batch}", "Batches answered 2xx.", counter, "", func(s analytics.Stats) int64 { return s.Batches }},
+	{"Requests", "analytics.requests", "{request}", "HTTP attempts made.", counter, "", func(s analytics.Stats) int64 { return s.Requests }},
+	{"Retries", "analytics.retries", "{request}", "Counted retries sent.", counter, "", func(s analytics.Stats) int64 { return s.Retries }},
+	{"RateLimited", "analytics.rate_limited", "{response}", "Responses with a usable Retry-After.", counter, "", func(s analytics.Stats) int64 { return s.RateLimited }},
+	{"RateLimitWaits", "analytics.rate_limit.waits", "{wait}", "Waits of a consumer at the closed rate-limit gate.", counter, "", func(s analytics.Stats) int64 { return s.RateLimitWaits }},
+	{"Isolations", "analytics.isolations", "{batch}", "Batches answered 400 and sent again as two halves to isolate the events at fault.", counter, "", func(s analytics.Stats) int64 { return s.Isolations }},
+	{"BodyLimit", "analytics.limit.body", "By", "Request body limit learned from a 413 (uncompressed); 0 until one is learned.", gaugeKind, "", func(s analytics.Stats) int64 { return s.BodyLimit }},
+	{"EventLimit", "analytics.limit.events", "{event}", "Events per request learned from repeated 429s without Retry-After; 0 until one is learned.", gaugeKind, "", func(s analytics.Stats) int64 { return s.EventLimit }},
+	{"Replayed", "analytics.disk.replayed", "{event}", "Events an earlier client left in the disk buffer, sent first (durable mode).", counter, "", func(s analytics.Stats) int64 { return s.Replayed }},
+	{"Spilled", "analytics.disk.spilled", "{event}", "Events accepted while memory was full, written to the disk buffer only and read back later (durable mode).", counter, "", func(s analytics.Stats) int64 { return s.Spilled }},
+	{"OnDisk", "analytics.disk.events", "{event}", "Events on disk only now, waiting to be read back into memory (durable mode).", upDown, "", func(s analytics.Stats) int64 { return s.OnDisk }},
+	{"DiskBytes", "analytics.disk.usage", "By", "Size of the disk buffer's files now (durable mode).", upDown, "", func(s analytics.Stats) int64 { return s.DiskBytes }},
+	{"DiskTorn", "analytics.disk.torn", "{record}", "Torn records (a write cut short by a crash) skipped when the disk buffer was opened.", counter, "", func(s analytics.Stats) int64 { return s.DiskTorn }},
+	{"DiskCorrupt", "analytics.disk.corrupt", "{region}", "Corrupt regions of the disk buffer skipped, and replayed records that could not be read as events.", counter, "", func(s analytics.Stats) int64 { return s.DiskCorrupt }},
+	{"DiskMissing", "analytics.disk.missing", "{segment}", "Segments of the disk buffer found lost when it was opened.", counter, "", func(s analytics.Stats) int64 { return s.DiskMissing }},
+	{"DiskSkipped", "analytics.disk.skipped", "{file}", "Directory entries named like disk buffer files that are not regular files, ignored when it was opened.", counter, "", func(s analytics.Stats) int64 { return s.DiskSkipped }},
+}
+
+const rejectedDesc = "Events rejected by an enqueue call, by analytics.rejection.reason."
+
+// reasons holds the attribute option of each analytics.rejection.reason,
+// made once.
+var reasons = func() map[string]metric.ObserveOption {
+	out := map[string]metric.ObserveOption{}
+	for _, si := range statInstruments {
+		if si.reason != "" {
+			out[si.reason] = metric.WithAttributeSet(attribute.NewSet(attribute.String("analytics.rejection.reason", si.reason)))
+		}
+	}
+	return out
+}()
 
 // New creates the instruments with a Meter of mp named ScopeName. It
 // returns the first error of the MeterProvider; a nil mp is an error.
@@ -89,25 +157,27 @@ func New(mp metric.MeterProvider) (*Metrics, error) {
 	}
 	m := &Metrics{meter: mp.Meter(ScopeName, metric.WithInstrumentationVersion(analytics.Version))}
 	var errs []error
-	counter := func(name, unit, desc string) metric.Int64ObservableCounter {
-		c, err := m.meter.Int64ObservableCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+	m.observables = map[string]metric.Int64Observable{}
+	for _, si := range statInstruments {
+		if m.observables[si.name] != nil {
+			continue
+		}
+		var (
+			inst metric.Int64Observable
+			err  error
+		)
+		switch si.kind {
+		case counter:
+			inst, err = m.meter.Int64ObservableCounter(si.name, metric.WithUnit(si.unit), metric.WithDescription(si.desc))
+		case upDown:
+			inst, err = m.meter.Int64ObservableUpDownCounter(si.name, metric.WithUnit(si.unit), metric.WithDescription(si.desc))
+		default:
+			inst, err = m.meter.Int64ObservableGauge(si.name, metric.WithUnit(si.unit), metric.WithDescription(si.desc))
+		}
 		errs = append(errs, err)
-		return c
+		m.observables[si.name] = inst
 	}
-	m.accepted = counter("analytics.events.accepted", "{event}", "Events accepted by an enqueue call.")
-	m.rejected = counter("analytics.events.rejected", "{event}", "Events rejected by an enqueue call, by analytics.rejection.reason.")
-	m.delivered = counter("analytics.events.delivered", "{event}", "Events answered 2xx.")
-	m.failed = counter("analytics.events.failed", "{event}", "Events reported to OnError as failed.")
-	m.handedBack = counter("analytics.events.handed_back", "{event}", "Events handed back at shutdown.")
-	m.batches = counter("analytics.batches.delivered", "{batch}", "Batches answered 2xx.")
-	m.requests = counter("analytics.requests", "{request}", "HTTP attempts made.")
-	m.retries = counter("analytics.retries", "{request}", "Counted retries sent.")
-	m.rateLimited = counter("analytics.rate_limited", "{response}", "Responses with a usable Retry-After.")
-	m.waits = counter("analytics.rate_limit.waits", "{wait}", "Waits of a consumer at the closed rate-limit gate.")
 	var err error
-	m.pending, err = m.meter.Int64ObservableUpDownCounter("analytics.events.pending", metric.WithUnit("{event}"),
-		metric.WithDescription("Accepted events without a disposition yet: queued, in a batch, in flight or waiting for a retry."))
-	errs = append(errs, err)
 	m.duration, err = m.meter.Float64Histogram("analytics.request.duration", metric.WithUnit("s"),
 		metric.WithDescription("Duration of an HTTP attempt to upload a batch."),
 		metric.WithExplicitBucketBoundaries(0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10))
@@ -144,26 +214,21 @@ func (m *Metrics) Observe(c *analytics.Client) error {
 	if m.observed {
 		return errors.New("analyticsotel: Observe called twice: a Metrics observes one client")
 	}
+	insts := make([]metric.Observable, 0, len(m.observables))
+	for _, inst := range m.observables {
+		insts = append(insts, inst)
+	}
 	reg, err := m.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		s := c.Stats()
-		o.ObserveInt64(m.accepted, s.Accepted)
-		o.ObserveInt64(m.rejected, s.RejectedInvalid, reasonInvalid)
-		o.ObserveInt64(m.rejected, s.RejectedTooLarge, reasonTooLarge)
-		o.ObserveInt64(m.rejected, s.RejectedQueueFull, reasonQueueFull)
-		o.ObserveInt64(m.rejected, s.RejectedClosed, reasonClosed)
-		o.ObserveInt64(m.rejected, s.RejectedDisk, reasonDisk) // durable mode (WithDiskBuffer)
-		o.ObserveInt64(m.delivered, s.Delivered)
-		o.ObserveInt64(m.failed, s.Failed)
-		o.ObserveInt64(m.handedBack, s.HandedBack)
-		o.ObserveInt64(m.pending, s.Pending)
-		o.ObserveInt64(m.batches, s.Batches)
-		o.ObserveInt64(m.requests, s.Requests)
-		o.ObserveInt64(m.retries, s.Retries)
-		o.ObserveInt64(m.rateLimited, s.RateLimited)
-		o.ObserveInt64(m.waits, s.RateLimitWaits)
+		for _, si := range statInstruments {
+			if si.reason != "" {
+				o.ObserveInt64(m.observables[si.name], si.get(s), reasons[si.reason])
+			} else {
+				o.ObserveInt64(m.observables[si.name], si.get(s))
+			}
+		}
 		return nil
-	}, m.accepted, m.rejected, m.delivered, m.failed, m.handedBack, m.pending,
-		m.batches, m.requests, m.retries, m.rateLimited, m.waits)
+	}, insts...)
 	if err != nil {
 		return err
 	}

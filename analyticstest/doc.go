@@ -19,8 +19,11 @@
 //     test the whole path: configuration, batching, headers, gzip and
 //     callbacks. It decodes what it receives into the message types of
 //     package analytics (Tracks, Identifies, … and Messages) and keeps the
-//     raw JSON too (RawEvents, Request.Body). NewServer ties it to a test;
-//     StartServer is for programs and examples.
+//     raw JSON too (RawEvents, Request.Body). It plays an endpoint's
+//     faults: an error status with Retry-After for a number of requests
+//     (FailNext) or for a while (FailFor), refused connections (Down, then
+//     Up on the same address) and a body limit (SetBodyLimit). NewServer
+//     ties it to a test; StartServer is for programs and examples.
 //
 // The options of this package are named so that they cannot be confused
 // with the client's: WithOnSuccess and WithOnError configure a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/relaykit/analytics-go"
@@ -137,4 +138,38 @@ func ExampleStartServer() {
 	// identify true
 	// track true
 	// Signed Up user-42 pro UTC
+}
+
+// The Server plays an endpoint's faults, so a test can check what an
+// application does during an outage: here a 429 with Retry-After, which
+// the client waits out before it sends the same batch again. FailFor
+// fails for a while instead, Down and Up refuse connections and accept
+// them again, and SetBodyLimit answers 413 to large bodies.
+func ExampleServer_FailNext() {
+	srv, err := analyticstest.StartServer()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer srv.Close()
+	srv.FailNext(1, analyticstest.Fault{Status: http.StatusTooManyRequests, RetryAfter: time.Second})
+
+	client, err := analytics.New("WRITE_KEY", analytics.WithEndpoint(srv.URL()))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	_ = client.Track(analytics.Track{MessageID: "order-1001", UserID: "user-42", Event: "Order Completed"})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	fmt.Println("close:", client.Close(ctx))
+	for _, r := range srv.Requests() {
+		fmt.Printf("%d X-Retry-Count=%q\n", r.Status, r.RetryCount())
+	}
+	fmt.Println("delivered:", srv.MessageIDs())
+	// Output:
+	// close: <nil>
+	// 429 X-Retry-Count=""
+	// 200 X-Retry-Count="1"
+	// delivered: [order-1001]
 }

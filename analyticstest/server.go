@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/relaykit/analytics-go"
 	"github.com/relaykit/analytics-go/internal/shared"
@@ -33,14 +36,56 @@ const maxRequestBody = 4 << 20
 // given to WithWriteKey get 401, and bodies that are not a JSON object
 // with a "batch" array of objects get 400. Every request is recorded whatever the
 // answer.
+//
+// It can play the faults of a real endpoint: FailNext and FailFor answer
+// an error status, with Retry-After if asked, for a number of requests or
+// for a while; Down refuses connections until Up listens again on the same
+// address; SetBodyLimit answers 413 to larger bodies.
 type Server struct {
-	http     *httptest.Server
 	writeKey string
+	now      func() time.Time
 
-	mu       sync.Mutex
-	requests []Request
-	status   int
-	body     string
+	mu        sync.Mutex
+	http      *httptest.Server // the current listener's server (replaced by Up)
+	addr      string
+	down      bool
+	closed    bool
+	requests  []Request
+	status    int
+	body      string
+	fault     Fault
+	faultN    int       // requests still to fail (FailNext)
+	faultTill time.Time // fail until then (FailFor)
+	bodyLimit int
+}
+
+// Fault is an error answer of the Server: see FailNext and FailFor.
+type Fault struct {
+	// Status is the status code; default 503 Service Unavailable.
+	Status int
+	// RetryAfter, when positive, is sent as a Retry-After header, in
+	// whole seconds rounded up (the form servers use; the client reads
+	// it as the wait before its next attempt).
+	RetryAfter time.Duration
+	// Body is the response body; default {"message":"<status text>"}.
+	Body string
+}
+
+func (f Fault) answer() (status int, body string, header http.Header) {
+	status = f.Status
+	if status == 0 {
+		status = http.StatusServiceUnavailable
+	}
+	body = f.Body
+	if body == "" {
+		b, _ := json.Marshal(map[string]string{"message": http.StatusText(status)})
+		body = string(b)
+	}
+	if f.RetryAfter > 0 {
+		secs := (f.RetryAfter + time.Second - 1) / time.Second
+		header = http.Header{"Retry-After": {strconv.FormatInt(int64(secs), 10)}}
+	}
+	return status, body, header
 }
 
 // Request is one request as the Server received and answered it.
@@ -94,6 +139,16 @@ func WithWriteKey(key string) ServerOption {
 	return serverOptionFunc(func(s *Server) { s.writeKey = key })
 }
 
+// WithServerClock sets the clock with which FailFor measures its duration
+// (default time.Now), for tests that control time.
+func WithServerClock(now func() time.Time) ServerOption {
+	return serverOptionFunc(func(s *Server) {
+		if now != nil {
+			s.now = now
+		}
+	})
+}
+
 // NewServer starts a Server for the duration of t: it is closed by
 // t.Cleanup. It calls t.Fatal if no loopback port can be opened.
 func NewServer(t testing.TB, opts ...ServerOption) *Server {
@@ -109,7 +164,7 @@ func NewServer(t testing.TB, opts ...ServerOption) *Server {
 // StartServer starts a Server on a free port of 127.0.0.1. The caller must
 // call Close.
 func StartServer(opts ...ServerOption) (*Server, error) {
-	s := &Server{status: http.StatusOK, body: "{}"}
+	s := &Server{status: http.StatusOK, body: "{}", now: time.Now}
 	for _, o := range opts {
 		if o != nil {
 			o.applyServer(s)
@@ -119,18 +174,102 @@ func StartServer(opts ...ServerOption) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("analyticstest: listen on 127.0.0.1: %w", err)
 	}
-	s.http = &httptest.Server{Listener: l, Config: &http.Server{Handler: http.HandlerFunc(s.serve)}}
-	s.http.Start()
+	s.addr = l.Addr().String()
+	s.start(l)
 	return s, nil
 }
 
+// start serves on l; s.mu is held or s is not shared yet.
+func (s *Server) start(l net.Listener) {
+	s.http = &httptest.Server{Listener: l, Config: &http.Server{Handler: http.HandlerFunc(s.serve)}}
+	s.http.Start()
+}
+
 // URL returns the base URL (http://127.0.0.1:port), for
-// analytics.WithEndpoint.
-func (s *Server) URL() string { return s.http.URL }
+// analytics.WithEndpoint. It stays the same across Down and Up.
+func (s *Server) URL() string { return "http://" + s.addr }
 
 // Close shuts the Server down, closing its connections, and waits for
-// requests in progress. It may be called more than once.
-func (s *Server) Close() { s.http.Close() }
+// requests in progress. It may be called more than once, and after Down.
+func (s *Server) Close() {
+	s.mu.Lock()
+	s.closed = true
+	h := s.http
+	s.mu.Unlock()
+	h.Close()
+}
+
+// Down takes the Server off the network as a crashed endpoint goes: it
+// stops listening, so new connections are refused, and closes the open
+// ones, so requests in progress fail without an answer. Recorded requests
+// are kept. Up brings it back. Down on a Server that is down or closed
+// does nothing.
+func (s *Server) Down() {
+	s.mu.Lock()
+	if s.down || s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.down = true
+	h := s.http
+	s.mu.Unlock()
+	_ = h.Listener.Close()
+	h.CloseClientConnections()
+	h.Close()
+}
+
+// Up listens again on the address the Server had before Down, so URL is
+// unchanged. It returns an error if the address cannot be listened on
+// (taken by another program in the meantime) or the Server was closed; on
+// a Server that is not down it does nothing.
+func (s *Server) Up() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errors.New("analyticstest: Up on a closed Server")
+	}
+	if !s.down {
+		return nil
+	}
+	l, err := net.Listen("tcp", s.addr)
+	if err != nil {
+		return fmt.Errorf("analyticstest: listen again on %s: %w", s.addr, err)
+	}
+	s.start(l)
+	s.down = false
+	return nil
+}
+
+// FailNext answers the next n requests to POST /v1/batch with f instead of
+// the Server's response (they are recorded, with f's status). It replaces
+// an earlier FailNext or FailFor; n ≤ 0 ends the fault.
+func (s *Server) FailNext(n int, f Fault) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fault, s.faultN, s.faultTill = f, max(n, 0), time.Time{}
+}
+
+// FailFor answers every request to POST /v1/batch with f for d from now
+// (by the clock of WithServerClock), then the Server's response again. It
+// replaces an earlier FailNext or FailFor; d ≤ 0 ends the fault.
+func (s *Server) FailFor(d time.Duration, f Fault) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fault, s.faultN, s.faultTill = f, 0, time.Time{}
+	if d > 0 {
+		s.faultTill = s.now().Add(d)
+	}
+}
+
+// SetBodyLimit makes the Server answer 413 Request Entity Too Large to a
+// request whose body, as sent (compressed with gzip), is longer than n
+// bytes; such a request is recorded without its body. n ≤ 0 restores the
+// default limit of 4 MiB, above anything the client sends.
+func (s *Server) SetBodyLimit(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.bodyLimit = max(n, 0)
+}
 
 // SetResponse makes the Server answer later well-formed requests with
 // status and body (default 200 and {}). Events of requests answered with a
@@ -234,12 +373,15 @@ func (s *Server) MessageIDs() []string {
 	return ids
 }
 
-// Reset forgets the recorded requests and restores the default response.
+// Reset forgets the recorded requests and restores the default response;
+// it ends a fault of FailNext or FailFor and the limit of SetBodyLimit. It
+// does not bring a Server that is down back up.
 func (s *Server) Reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.requests = nil
 	s.status, s.body = http.StatusOK, "{}"
+	s.fault, s.faultN, s.faultTill, s.bodyLimit = Fault{}, 0, time.Time{}, 0
 }
 
 func delivered(status int) bool { return status >= 200 && status <= 299 }
@@ -247,8 +389,15 @@ func delivered(status int) bool { return status >= 200 && status <= 299 }
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	rec := Request{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone()}
 	status, body := s.receive(w, r, &rec)
-	rec.Status = status
 	s.mu.Lock()
+	if status != http.StatusNotFound && s.faulty() {
+		var h http.Header
+		status, body, h = s.fault.answer()
+		for k, v := range h {
+			w.Header()[k] = v
+		}
+	}
+	rec.Status = status
 	s.requests = append(s.requests, rec)
 	s.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
@@ -269,7 +418,13 @@ func (s *Server) receive(w http.ResponseWriter, r *http.Request, rec *Request) (
 	if s.writeKey != "" && user != s.writeKey {
 		return http.StatusUnauthorized, `{"message":"invalid write key"}`
 	}
-	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRequestBody))
+	s.mu.Lock()
+	limit := s.bodyLimit
+	s.mu.Unlock()
+	if limit == 0 {
+		limit = maxRequestBody
+	}
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(limit)))
 	if err != nil {
 		return http.StatusRequestEntityTooLarge, `{"message":"body too large or unreadable"}`
 	}
@@ -304,6 +459,16 @@ func (s *Server) receive(w http.ResponseWriter, r *http.Request, rec *Request) (
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.status, s.body
+}
+
+// faulty reports whether this request is answered with s.fault, and
+// counts it; s.mu is held.
+func (s *Server) faulty() bool {
+	if s.faultN > 0 {
+		s.faultN--
+		return true
+	}
+	return !s.faultTill.IsZero() && s.now().Before(s.faultTill)
 }
 
 // decodeMessage returns the analytics message that raw encodes, or nil:

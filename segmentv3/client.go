@@ -13,6 +13,7 @@ import (
 	"time"
 
 	native "github.com/relaykit/analytics-go"
+	"github.com/relaykit/analytics-go/internal/shared"
 	"go.uber.org/zap"
 )
 
@@ -27,7 +28,9 @@ type Client interface {
 	// Config.DrainOnClose it retries with the normal policy instead. Either
 	// way it waits at most Config.CloseTimeout (DefaultCloseTimeout when
 	// zero): then it hands every message still without an outcome to
-	// Callback.Failure and returns an error that says how many there were;
+	// Callback.Failure and returns an error that says how many there were,
+	// and names a Callback method that had not returned (v3's Close waited
+	// for it forever) with the number of messages it was still reporting;
 	// it always returns within that bound plus 0.5 s. It returns nil when
 	// everything queued got its outcome in time (failures included: they
 	// are reported to Callback.Failure). Later calls return ErrClosed.
@@ -62,10 +65,24 @@ func New(writeKey string) Client {
 	return c
 }
 
-// NewWithConfig returns a started client configured by config. It returns
-// a ConfigError, and a nil client, when a field has an impossible value.
-// An empty write key is accepted, as in v3, with a warning logged: the API
-// answers its requests 401, which Callback.Failure receives.
+// NewWithConfig returns a started client configured by config. As v3's, it
+// returns a ConfigError, and a nil client, only for a negative Interval or
+// BatchSize (and here for a negative CloseTimeout, or NativeOptions the
+// engine refuses). Every other value v3 accepted gives a working client,
+// with one warning logged for a value that is wrong:
+//
+//   - an Endpoint that is not an API base URL (not an absolute http or https
+//     URL, or one with /v1/batch, a query or a fragment): messages are
+//     posted to Endpoint + "/v1/batch" as v3 posted them, and each one that
+//     is not delivered there goes to Callback.Failure with the error v3
+//     reported (for "url", the *url.Error `Post "url/v1/batch": unsupported
+//     protocol scheme ""`);
+//   - an empty write key, or one with leading or trailing white space: it is
+//     sent as given, the API answers 401, and Callback.Failure receives it;
+//   - an Interval over 24 h or a BatchSize over 10 000: the engine's maximum
+//     is used instead;
+//   - a DefaultContext too large to leave room for a message in a request
+//     (about 440 KB of JSON): every message goes to Callback.Failure.
 //
 // Besides Enqueue and Close, the returned client has the method
 // Flush(context.Context) error, which waits until every message enqueued
@@ -82,6 +99,7 @@ func NewWithConfig(writeKey string, config Config) (Client, error) {
 		uid:          config.uid,
 		now:          config.now,
 	}
+	config = config.accept(c.log)
 	if c.closeTimeout == 0 {
 		c.closeTimeout = DefaultCloseTimeout
 	}
@@ -97,28 +115,47 @@ func NewWithConfig(writeKey string, config Config) (Client, error) {
 	}
 	batchCtx.Library = LibraryInfo{Name: native.LibraryName, Version: native.Version}
 	fields, err := json.Marshal(batchCtx)
-	if err != nil {
+	switch {
+	case err != nil:
 		// v3 failed every batch with this error; so does this client, message by message.
 		c.contextErr = err
 		fields = nil
-	} else {
+	case len(fields)+len(`"context":`) > shared.MaxBodyFields:
+		// v3 sent it, and the API refused every request larger than it takes.
+		c.contextErr = fmt.Errorf("analytics: Config.DefaultContext encodes to %d bytes of JSON, "+
+			"more than a request can carry beside a message (%d)", len(fields), shared.MaxBodyFields-len(`"context":`))
+		c.log.Warn(c.contextErr.Error() + "; every message goes to Callback.Failure")
+		fields = nil
+	default:
 		fields = append([]byte(`"context":`), fields...)
 	}
-	if strings.TrimSpace(writeKey) == "" {
+	switch {
+	case strings.TrimSpace(writeKey) == "":
 		c.log.Warn("analytics: the write key is empty: the API will refuse every request")
+	case strings.TrimSpace(writeKey) != writeKey:
+		c.log.Warn("analytics: the write key has leading or trailing white space (a newline from a secret file?): " +
+			"it is sent as given, and the API will likely refuse every request")
 	}
 	n, err := native.New(writeKey, config.options(c, fields)...)
 	if err != nil {
 		var ce *native.ConfigError
-		if errors.As(err, &ce) && ce.Field == "BodyFields" { // the body's context: DefaultContext
-			return nil, ConfigError{Reason: "encodes to more than 32 KiB of JSON", Field: "DefaultContext", Value: config.DefaultContext}
-		}
 		if errors.As(err, &ce) {
 			return nil, ConfigError{Reason: ce.Reason, Field: ce.Field, Value: configValue(config, ce)}
 		}
 		return nil, err
 	}
 	c.native = n
+	c.closeTimeout = n.Config().CloseTimeout // NativeOptions may have changed it
+	retries := "v3's, 100ms doubling up to 10s"
+	if config.RetryAfter != nil {
+		retries = "Config.RetryAfter"
+	}
+	closing := "waits for no retry"
+	if config.DrainOnClose {
+		closing = "retries until every message has its outcome"
+	}
+	c.log.Debug("segment v3 compatibility: waits before a retry are "+retries+"; Close "+closing,
+		zap.Duration("closeTimeout", c.closeTimeout))
 	c.enqueueCtx, c.stopEnqueue = context.WithCancel(context.Background())
 	return c, nil
 }
@@ -402,14 +439,28 @@ func (c *client) Close() error {
 		return ErrClosed
 	}
 	c.stopEnqueue() // Enqueue calls waiting for room return ErrClosed
-	ctx, cancel := context.WithTimeout(context.Background(), c.closeTimeout)
-	defer cancel()
+	ctx := context.Background()
+	if c.closeTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, c.closeTimeout, closeTimeoutError{c.closeTimeout})
+		defer cancel()
+	}
 	err := c.native.Close(ctx)
 	if errors.Is(err, native.ErrClosed) {
 		return ErrClosed
 	}
 	return err
 }
+
+// closeTimeoutError is why Close stopped waiting: Config.CloseTimeout
+// passed. It matches context.DeadlineExceeded.
+type closeTimeoutError struct{ d time.Duration }
+
+func (e closeTimeoutError) Error() string {
+	return fmt.Sprintf("Close ran for Config.CloseTimeout (%v)", e.d)
+}
+
+func (e closeTimeoutError) Unwrap() error { return context.DeadlineExceeded }
 
 // Flush waits until every message enqueued before the call has its outcome
 // (reported to the Callback), or ctx ends. Not in v3, whose Client has no

@@ -8,6 +8,7 @@ import (
 
 	native "github.com/relaykit/analytics-go"
 	"github.com/relaykit/analytics-go/internal/shared"
+	"go.uber.org/zap"
 )
 
 // Version is the version of the v3 API this package reproduces: the value
@@ -37,14 +38,18 @@ const DefaultCloseTimeout = 10 * time.Second
 // does a thing differently the field says what happens.
 type Config struct {
 	// Endpoint is the base URL of the tracking API (default
-	// DefaultEndpoint); messages are posted to Endpoint + "/v1/batch". It
-	// must be an absolute http or https URL.
+	// DefaultEndpoint); messages are posted to Endpoint + "/v1/batch" (one
+	// trailing slash of Endpoint removed). Any value is accepted, as in v3:
+	// one that is not an absolute http or https base URL is logged once as
+	// a warning, and requests still go to Endpoint + "/v1/batch", where they
+	// fail as v3's did (Callback.Failure gets the *url.Error).
 	Endpoint string
 
 	// Interval is how long a batch may wait for more messages after its
 	// first one before it is sent (default DefaultInterval). v3 sent on a
 	// fixed ticker instead; the longest wait is the same. Negative values
-	// fail NewWithConfig.
+	// fail NewWithConfig, as in v3; values over 24 h are logged and used as
+	// 24 h.
 	Interval time.Duration
 
 	// Transport makes the HTTP requests (default: the engine's own
@@ -65,7 +70,8 @@ type Config struct {
 
 	// BatchSize is the number of messages that closes a batch (default
 	// DefaultBatchSize). A batch is also closed before it reaches 500 000
-	// bytes. Negative values fail NewWithConfig.
+	// bytes. Negative values fail NewWithConfig, as in v3; values over
+	// 10 000 are logged and used as 10 000.
 	BatchSize int
 
 	// Verbose sends debug lines to Logger.Logf too. Without a Logger it
@@ -78,18 +84,21 @@ type Config struct {
 	// modified). Events carry only their own Context. A DefaultContext
 	// that cannot be encoded as JSON makes every message fail: Enqueue
 	// returns nil and Callback.Failure receives the *json.MarshalerError.
-	// One larger than 32 KiB of JSON fails NewWithConfig (it counts in
-	// every request's 500 000 bytes).
+	// It counts in every request's 500 000 bytes: one so large that no
+	// message of 32 KiB would fit beside it (about 440 KB of JSON) is
+	// logged once, and every message fails the same way.
 	DefaultContext *Context
 
 	// RetryAfter, when set, is the wait before each counted retry: the
 	// k-th retry of a batch waits RetryAfter(k-1), as in v3. Negative
 	// values count as 0, values above 12 h as 12 h. The default (nil) is
-	// the engine's backoff (0.5 s doubling up to 60 s, ±10 % jitter).
+	// v3's: 100 ms × 2^(k-1), capped at 10 s, without jitter, so a batch
+	// that never gets through fails after 42.7 s of waits, as in v3.
 	// Either way a batch makes at most 10 counted retries (see
 	// NativeOptions to change that), a usable Retry-After from the server
-	// is waited instead and counts as no retry, and responses that cannot
-	// succeed (most 4xx) are not retried.
+	// is waited instead and counts as no retry (v3 ignored it; see the
+	// migration guide for how that changes the time to Failure), and
+	// responses that cannot succeed (most 4xx) are not retried.
 	RetryAfter func(int) time.Duration
 
 	// DrainOnClose makes Close deliver the way the engine does: it retries
@@ -102,8 +111,8 @@ type Config struct {
 	// CloseTimeout bounds Client.Close (default DefaultCloseTimeout): Close
 	// returns within CloseTimeout plus 0.5 s, reporting every message it
 	// could not deliver by then to Callback.Failure. Without DrainOnClose it
-	// only matters when a request hangs. Negative values fail
-	// NewWithConfig. Not in v3.
+	// only matters when a request hangs or a Callback method does not
+	// return. Negative values fail NewWithConfig. Not in v3.
 	CloseTimeout time.Duration
 
 	// NativeOptions are options of the engine
@@ -164,14 +173,33 @@ var (
 // the engine's default. NativeOptions can change it.
 const v3MaxRetries = 10
 
-// options translates c into the engine's options; c has passed validate.
-// batchFields are the request body's extra top-level members.
+// v3RetryAfter is v3's wait before retry k+1 (k from 0) when
+// Config.RetryAfter is nil: its backoff's default, 100 ms × 2^k capped at
+// 10 s, without jitter. v3 also waited that long after its last attempt, so
+// over its 10 attempts a batch that never got through failed after 42.7 s;
+// the 10 retries here wait the same 10 waits.
+func v3RetryAfter(k int) time.Duration {
+	if k >= 7 { // 12.8 s and up: capped (and no shift overflows)
+		return 10 * time.Second
+	}
+	return min(100*time.Millisecond<<k, 10*time.Second)
+}
+
+// options translates c into the engine's options; c has passed validate
+// and accept. batchFields are the request body's extra top-level members.
 func (c Config) options(cl *client, batchFields []byte) []native.Option {
 	compat := shared.Compat{
-		BodyFields:         batchFields,
-		NoLibrary:          true,
-		FastClose:          !c.DrainOnClose,
-		AllowEmptyWriteKey: true,
+		BodyFields:  batchFields,
+		NoLibrary:   true,
+		FastClose:   !c.DrainOnClose,
+		AnyWriteKey: true,
+		AnyEndpoint: true,
+		RetryDelay:  v3RetryAfter,
+		// v3 retried each batch on its own schedule: a burst of failing
+		// batches must not wait longer than with v3 for its Failure calls.
+		NoRetryAllowance: true,
+		SuccessName:      "Callback.Success",
+		ErrorName:        "Callback.Failure",
 	}
 	if c.RetryAfter != nil {
 		compat.RetryDelay = c.RetryAfter
@@ -180,6 +208,7 @@ func (c Config) options(cl *client, batchFields []byte) []native.Option {
 		native.WithLogger(cl.log),
 		shared.CompatOption(compat).(native.Option),
 		native.WithMaxRetries(v3MaxRetries),
+		native.WithCloseTimeout(cl.closeTimeout),
 	}
 	if c.Endpoint != "" {
 		opts = append(opts, native.WithEndpoint(c.Endpoint))
@@ -202,6 +231,8 @@ func (c Config) options(cl *client, batchFields []byte) []native.Option {
 	return append(opts, c.NativeOptions...)
 }
 
+// validate refuses what v3's NewWithConfig refused (a negative Interval or
+// BatchSize) and a negative CloseTimeout, which v3 did not have.
 func (c Config) validate() error {
 	switch {
 	case c.Interval < 0:
@@ -212,4 +243,30 @@ func (c Config) validate() error {
 		return ConfigError{Reason: "negative time intervals are not supported", Field: "CloseTimeout", Value: c.CloseTimeout}
 	}
 	return nil
+}
+
+// accept returns c with what v3 accepted and the engine cannot take
+// brought into the engine's range, logging one warning for each value
+// that is wrong or changed. An Endpoint that is not an API base URL is
+// kept: requests go where v3 sent them, and fail there as they did.
+func (c Config) accept(log *zap.Logger) Config {
+	if c.Endpoint != "" {
+		var ce *native.ConfigError
+		if err := shared.CheckEndpoint(c.Endpoint); errors.As(err, &ce) {
+			log.Warn("analytics: Config.Endpoint "+ce.Reason+"; messages are posted to it + /v1/batch as v3 did, "+
+				"and each one that is not delivered there goes to Callback.Failure", zap.Any("endpoint", ce.Value))
+		}
+	}
+	if c.Interval > native.MaxFlushInterval {
+		log.Warn("analytics: Config.Interval is longer than the engine allows; using its maximum",
+			zap.Duration("interval", c.Interval), zap.Duration("used", native.MaxFlushInterval))
+		c.Interval = native.MaxFlushInterval
+	}
+	if c.BatchSize > native.MaxFlushAt {
+		log.Warn("analytics: Config.BatchSize is larger than the engine allows; using its maximum "+
+			"(a batch also closes before 500 000 bytes, as in v3)",
+			zap.Int("batchSize", c.BatchSize), zap.Int("used", native.MaxFlushAt))
+		c.BatchSize = native.MaxFlushAt
+	}
+	return c
 }

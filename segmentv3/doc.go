@@ -28,8 +28,10 @@
 // Delivery is the engine's: only a 2xx response counts as delivered,
 // 4xx responses other than 408, 410, 429 and 460 are not retried, and a
 // Retry-After is honoured and does not use up retries. Counted retries
-// wait Config.RetryAfter when it is set, as in v3, the engine's backoff
-// otherwise. Client.Enqueue keeps v3's blocking behaviour: when the queue
+// wait Config.RetryAfter when it is set, and v3's own backoff otherwise
+// (100 ms doubling up to 10 s), so a program that waits on its callbacks
+// while offline waits as long as with v3. NewWithConfig accepts every
+// configuration v3 accepted; a value that is wrong is logged once. Client.Enqueue keeps v3's blocking behaviour: when the queue
 // is full it waits for room. Client.Close behaves as v3's: it sends what is
 // queued, waits for no retry, and reports every message not delivered to
 // Callback.Failure at once (Config.DrainOnClose retries instead); it

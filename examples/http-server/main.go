@@ -21,6 +21,11 @@
 //
 //	curl -H 'X-User-ID: user-42' http://127.0.0.1:8080/pricing
 //	kill -TERM <pid>   # or Ctrl-C
+//
+// With -dead-letters file, the events that were not delivered (failed, or
+// handed back at the Close deadline) are kept in file, one JSON object per
+// line, and sent again at the next start with their messageId and
+// timestamp (see deadletters.go).
 package main
 
 import (
@@ -51,6 +56,7 @@ func run() error {
 	addr := flag.String("addr", "127.0.0.1:8080", "address to listen on")
 	shutdownTimeout := flag.Duration("shutdown-timeout", 10*time.Second, "how long in-flight HTTP requests may take to finish at shutdown")
 	closeTimeout := flag.Duration("close-timeout", 10*time.Second, "how long the analytics client may take to deliver what is queued at shutdown")
+	deadLetterPath := flag.String("dead-letters", "", "file where undelivered events are kept, one JSON object per line, and sent again at the next start (default: off)")
 	flag.Parse()
 
 	writeKey, endpoint := os.Getenv("ANALYTICS_WRITE_KEY"), os.Getenv("ANALYTICS_ENDPOINT")
@@ -68,6 +74,17 @@ func run() error {
 		return errors.New("set both ANALYTICS_WRITE_KEY and ANALYTICS_ENDPOINT, or neither to use a local test endpoint")
 	}
 
+	var (
+		dead   *deadLetters
+		resend []analytics.Message
+	)
+	if *deadLetterPath != "" {
+		var err error
+		if dead, resend, err = openDeadLetters(*deadLetterPath); err != nil {
+			return err
+		}
+	}
+
 	// One client for the whole process, shared by every request.
 	client, err := analytics.New(writeKey,
 		analytics.WithEndpoint(endpoint),
@@ -75,10 +92,22 @@ func run() error {
 			// Runs on the client's goroutines: keep it short. The error
 			// text already starts with "analytics:".
 			log.Printf("%d event(s) not delivered: %v", len(events), err)
+			if dead != nil {
+				dead.write(err, events)
+			}
 		}),
 	)
 	if err != nil {
 		return err
+	}
+	for _, m := range resend {
+		// EnqueueContext waits for room instead of returning ErrQueueFull.
+		if err := client.EnqueueContext(context.Background(), m); err != nil {
+			log.Printf("dead letter %s not sent again: %v", m.ID(), err)
+		}
+	}
+	if len(resend) > 0 {
+		log.Printf("sending %d kept event(s) again", len(resend))
 	}
 
 	mux := http.NewServeMux()
@@ -148,6 +177,11 @@ func run() error {
 		fmt.Printf("analytics client closed at its deadline: %v\n", closeErr)
 	default:
 		return closeErr
+	}
+	if dead != nil {
+		if err := dead.close(); err != nil {
+			return err
+		}
 	}
 	st := client.Stats()
 	fmt.Printf("delivered %d, failed %d, handed back %d\n", st.Delivered, st.Failed, st.HandedBack)

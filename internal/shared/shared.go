@@ -29,8 +29,9 @@ var Decode func(raw []byte) (any, error)
 type Compat struct {
 	// BodyFields are extra members of every request body's top-level
 	// object, as JSON text without braces (`"context":{…}`), written after
-	// the batch array. Their bytes count in the body size limit. They must
-	// not repeat the keys batch, sentAt and writeKey.
+	// the batch array. Their bytes count in the body size limit, so at most
+	// MaxBodyFields bytes are accepted (a largest event still fits beside
+	// them). They must not repeat the keys batch, sentAt and writeKey.
 	BodyFields []byte
 
 	// NoLibrary leaves context.library out of events (unless the event's
@@ -48,9 +49,35 @@ type Compat struct {
 	// retryable outcome during Close fails the batch with its last error.
 	FastClose bool
 
-	// AllowEmptyWriteKey accepts an empty write key.
-	AllowEmptyWriteKey bool
+	// NoRetryAllowance lets every counted retry go when its wait is over,
+	// as each of segment v3's batches retried on its own: the client-wide
+	// retry allowance (docs/delivery.md R63) does not pace them.
+	NoRetryAllowance bool
+
+	// AnyWriteKey accepts any write key, as segment v3 did: empty, or with
+	// leading or trailing white space. It is sent as given.
+	AnyWriteKey bool
+
+	// AnyEndpoint accepts any endpoint, as segment v3 did: requests go to
+	// Endpoint + "/v1/batch" (one trailing slash of Endpoint removed)
+	// without the checks of WithEndpoint. An endpoint that does not parse
+	// or is not http(s) fails each attempt with net/http's *url.Error.
+	AnyEndpoint bool
+
+	// SuccessName and ErrorName are what Close's error calls the OnSuccess
+	// and OnError callbacks when one had not returned (default "OnSuccess",
+	// "OnError").
+	SuccessName, ErrorName string
 }
+
+// MaxBodyFields is the largest Compat.BodyFields accepted, in bytes: what a
+// batch can spare beside one event of MaxEventBytes.
+var MaxBodyFields int
+
+// CheckEndpoint returns the *analytics.ConfigError WithEndpoint's checks
+// give for endpoint (after one trailing slash is removed), nil when they
+// accept it.
+var CheckEndpoint func(endpoint string) error
 
 // CompatOption returns the analytics.Option (as any) that applies c. It
 // fails New with a *ConfigError when BodyFields is not valid JSON members
