@@ -538,24 +538,6 @@ func (w *consumer) halve(b *batch) (first, second *batch) {
 	return w.cutAt(b, len(b.events)/2)
 }
 
-// cutPoint is where to cut evs so that evs[:mid] holds about share bytes:
-// the nearer of the two event boundaries around share, at least one event
-// on each side.
-func cutPoint(evs []event, share int) int {
-	before := 0
-	for i := range evs[:len(evs)-1] {
-		after := before + len(evs[i].data) + 1 // evs[:i+1] and its commas
-		if after >= share {
-			if after-share <= share-before {
-				return i + 1
-			}
-			return max(i, 1)
-		}
-		before = after
-	}
-	return len(evs) - 1
-}
-
 // cutAt cuts b into b.events[:mid], staying in b, and the rest, carried on
 // as halve says.
 func (w *consumer) cutAt(b *batch, mid int) (first, second *batch) {
