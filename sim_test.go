@@ -66,7 +66,7 @@ var simRegression = []string{
 // simCISeeds is how many seeds CI runs beside the regression seeds, and
 // simCINew how many new ones (drawn from the clock) each run adds.
 const (
-	simCISeeds = 500
+	simCISeeds = 300
 	simCINew   = 10
 )
 
