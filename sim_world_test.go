@@ -479,8 +479,6 @@ func (b *simBody) Close() error {
 	return nil
 }
 
-type simPanicErr struct{}
-
 func (s *simServer) RoundTrip(req *http.Request) (*http.Response, error) {
 	var raw []byte
 	if req.Body != nil {
