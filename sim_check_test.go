@@ -208,8 +208,10 @@ func simCheck(run *simRun) []simViolation {
 	largest := func(before time.Time) int {
 		n := 16 << 10
 		for _, a := range atts {
+			// (the client reckons an accepted body at the most it could
+			// weigh: up to a few dozen bytes per event more, R67)
 			if a.class() == clsOK && !a.final.done.After(before) {
-				n = max(n, a.size)
+				n = max(n, a.size+64*len(a.ids))
 			}
 		}
 		return n
@@ -218,7 +220,7 @@ func simCheck(run *simRun) []simViolation {
 		n := 16 << 10
 		for _, a := range atts {
 			if a.class() == clsOK && a.final.done.Before(before) {
-				n = max(n, a.size)
+				n = max(n, a.size+64*len(a.ids))
 			}
 		}
 		return n
@@ -704,7 +706,7 @@ func simCheck(run *simRun) []simViolation {
 		if at, ok := settledAt(id); ok || !sc.Durable {
 			return at, ok
 		}
-		return run.close.done, !run.close.done.IsZero()
+		return run.close.at, !run.close.at.IsZero() // (kept while Close runs)
 	}
 	kept := 0 // durable: accepted events the first client left on disk
 	for id := range accepted {
@@ -775,7 +777,7 @@ func simCheck(run *simRun) []simViolation {
 	case errors.Is(run.closeErr, ErrShutdownInterrupted):
 		running := false // a callback had not returned when Close did
 		for _, sp := range run.callSpans {
-			running = running || (!sp[0].After(run.close.done) && sp[1].After(run.close.done))
+			running = running || (!sp[0].After(run.close.done) && !sp[1].Before(run.close.done))
 		}
 		if run.stats.HandedBack == 0 && !running {
 			bad("R39", "Close returned %v but Stats.HandedBack is 0 and no callback was running", run.closeErr)
