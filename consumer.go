@@ -29,8 +29,8 @@ type consumer struct {
 	onAttempt func(AttemptInfo) // WithAttemptHook; nil without (see observe.go)
 	limits    *limits           // what the server's refusals taught (isolate.go)
 	trying    chan struct{}     // the turn of an untried body size this consumer holds, nil if none (R69)
-	search    int64             // the search for the body limit during which the attempt was sent (R67)
 	outage    *outageLog        // lines about a failing server (outage.go)
+	search    int64             // the search for the body limit during which the attempt was sent (R67)
 }
 
 // retryPolicy is what the consumer needs of the configuration.

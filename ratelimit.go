@@ -123,13 +123,13 @@ func (h *health) allowed(now time.Time) time.Duration {
 }
 
 // failed records a counted failure of b (R60) at now. It returns the k of
-// its next wait, b's counted failures since the server last answered 2xx
-// to any batch (R61); whether the recent answers other than b's own streak
-// show a healthy server (R63), in which case b waits the short healthy wait
-// whatever k, so that a batch unlucky on its own against a server that
-// answers most requests does not sit out growing waits, even when it is the
-// last one left and its own failures fill the window; and the line due
-// about a failing server (outage.go), if any.
+// its next wait, b's counted failures since the server last answered 2xx to
+// any batch (R61); whether the recent answers other than b's own streak show
+// a healthy server (R63): then b waits the short healthy wait whatever k, so
+// that a batch unlucky on its own against a server that answers most
+// requests does not sit out growing waits, even when it is the last one left
+// and its own failures fill the window; and the line due about a failing
+// server (outage.go), if any.
 func (r *waitingRoom) failed(b *batch, now time.Time) (k int, healthy bool, line outageLine) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
