@@ -10,6 +10,9 @@ import (
 // does not escape: a message built in the call stays on the caller's stack.
 func (c *Client) dispatch(ctx context.Context, wait bool, m Message) error {
 	sc := getScratch()
+	if c.disk == nil {
+		sc.encodeInSlab() // durable mode writes sc's own buffer to disk first
+	}
 	sc.enc.defaults = c.defaults
 	sc.enc.noLibrary = c.noLibrary
 	copied, err := prepareMessage(sc, m, c.keepMessages)
@@ -87,7 +90,7 @@ func (c *Client) accept(ctx context.Context, wait bool, sc *scratch, withCopy Me
 	}
 	var ev event
 	if err == nil {
-		ev.data, ev.slab = sc.copyToSlab(e.buf)
+		ev.data, ev.slab = sc.keepEncoded()
 	}
 	putScratch(sc)
 	if err != nil {
@@ -95,9 +98,9 @@ func (c *Client) accept(ctx context.Context, wait bool, sc *scratch, withCopy Me
 	}
 	ev.msg = withCopy
 	if wait {
-		err = c.q.pushWait(ctx, ev)
+		err = c.q.pushWait(ctx, &ev)
 	} else {
-		err = c.q.push(ev)
+		err = c.q.pushEvent(&ev)
 	}
 	if err != nil {
 		releaseEvents([]event{ev}) // not accepted: the queue holds no copy
