@@ -346,35 +346,3 @@ func BenchmarkClassifyResponse(b *testing.B) {
 		_ = classifyResponse(200+i%400, "3", i%3 == 0, now)
 	}
 }
-
-// BenchmarkEncodeInSlab compares the two ways an event's JSON reaches its
-// slab: encoded into the scratch's own buffer and copied (what durable mode
-// does), or encoded straight into the slab's free room (the client without
-// a disk buffer; see encodeInSlab).
-func BenchmarkEncodeInSlab(b *testing.B) {
-	m := Track{UserID: "user-1234", Event: "Order Completed",
-		Properties: Properties{"plan": "pro", "amount": 42, "currency": "EUR", "trial": false}}
-	for _, inSlab := range []bool{false, true} {
-		b.Run(fmt.Sprintf("inSlab=%t", inSlab), func(b *testing.B) {
-			evs := make([]event, 0, 1024)
-			b.ReportAllocs()
-			for i := 0; i < b.N; i++ {
-				sc := getScratch()
-				if inSlab {
-					sc.encodeInSlab()
-				}
-				if _, err := m.prepare(sc, false); err != nil {
-					b.Fatal(err)
-				}
-				var ev event
-				ev.data, ev.slab = sc.keepEncoded()
-				putScratch(sc)
-				if evs = append(evs, ev); len(evs) == cap(evs) {
-					releaseEvents(evs)
-					evs = evs[:0]
-				}
-			}
-			releaseEvents(evs)
-		})
-	}
-}

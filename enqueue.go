@@ -10,9 +10,6 @@ import (
 // does not escape: a message built in the call stays on the caller's stack.
 func (c *Client) dispatch(ctx context.Context, wait bool, m Message) error {
 	sc := getScratch()
-	if c.disk == nil {
-		sc.encodeInSlab() // durable mode writes sc's own buffer to disk first
-	}
 	sc.enc.defaults = c.defaults
 	sc.enc.noLibrary = c.noLibrary
 	copied, err := prepareMessage(sc, m, c.keepMessages)
@@ -90,7 +87,7 @@ func (c *Client) accept(ctx context.Context, wait bool, sc *scratch, withCopy Me
 	}
 	var ev event
 	if err == nil {
-		ev.data, ev.slab = sc.keepEncoded()
+		ev.data, ev.slab = sc.copyToSlab(e.buf)
 	}
 	putScratch(sc)
 	if err != nil {

@@ -29,10 +29,6 @@ const (
 	slabSize    = 32 << 10
 	idsPerBlock = 64
 	slabTickets = 1 << 30 // more than a slab can hold events
-
-	// slabRoom is the least free room a slab must have for the next
-	// event to be encoded into it (see encodeInSlab).
-	slabRoom = 1 << 10
 )
 
 // slab holds the JSON of many events. Only the scratch that owns it appends.
@@ -83,16 +79,10 @@ func releaseEvents(evs []event) {
 // current slab and the current id block.
 type scratch struct {
 	enc    encoder
-	buf    []byte // the scratch's own encoding buffer (enc.buf unless inSlab)
 	slab   *slab
 	handed int32 // tickets of slab handed out
 	ids    string
 	next   int
-
-	// inSlab: enc.buf is the free room of slab (see encodeInSlab), which
-	// must keep at least room bytes free for the next event.
-	inSlab bool
-	room   int
 
 	// Set only by prepareDetached (analyticstest's Fake): a clock and an id
 	// generator that replace time.Now and the id block. Nil in the client.
@@ -109,99 +99,21 @@ func (s *scratch) now() time.Time {
 }
 
 var scratches = sync.Pool{New: func() any {
-	return &scratch{buf: make([]byte, 0, 1024), next: idsPerBlock, room: slabRoom}
+	return &scratch{enc: encoder{buf: make([]byte, 0, 1024)}, next: idsPerBlock}
 }}
 
-// getScratch returns a scratch whose encoder writes into its own buffer.
 func getScratch() *scratch {
 	s := scratches.Get().(*scratch)
-	s.enc.buf, s.enc.err = s.buf[:0], nil
+	s.enc.buf, s.enc.err = s.enc.buf[:0], nil
 	return s
 }
 
 func putScratch(s *scratch) {
 	s.enc.defaults, s.enc.noLibrary = nil, false
-	if !s.inSlab {
-		s.buf = s.enc.buf[:0] // keep what the buffer grew to
+	if cap(s.enc.buf) > 64<<10 { // do not keep a huge event's buffer
+		s.enc.buf = make([]byte, 0, 1024)
 	}
-	if cap(s.buf) > 64<<10 { // do not keep a huge event's buffer
-		s.buf = make([]byte, 0, 1024)
-	}
-	s.enc.buf, s.inSlab = nil, false
 	scratches.Put(s)
-}
-
-// The JSON of an event is written straight into the free room of the
-// scratch's slab (encodeInSlab) and kept there (keepEncoded), instead of
-// being written into the scratch's buffer and copied into the slab: one
-// copy of every event less on the hot path (BenchmarkEncodeInSlab). The
-// free room kept for the next event is at least slabRoom and at least the
-// largest event this scratch wrote lately (up to slabSize/4), so events
-// of the sizes a client sends fit where they are written. One that does
-// not fit outgrows the room: append moves it to a new array, and
-// keepEncoded copies it into a new slab as copyToSlab would (or keeps that
-// array for a large event); only that event pays an allocation. A slab
-// thereby leaves unused at most the room it kept, 1 KiB of 32 KiB for
-// events of up to 1 KiB. Step over this: the result is what copyToSlab
-// gives for the scratch's own buffer.
-
-// encodeInSlab points the encoder at the free room of the current slab,
-// taking a new slab when less than s.room is free. Durable mode and
-// analyticstest's Fake encode into the scratch's own buffer instead.
-func (s *scratch) encodeInSlab() {
-	sl := s.slab
-	if sl == nil || cap(sl.buf)-len(sl.buf) < s.room {
-		sl = s.nextSlab()
-	}
-	s.enc.buf = sl.buf[len(sl.buf):len(sl.buf)]
-	s.inSlab = true
-}
-
-// keepEncoded returns the encoded event for the queue and the slab it
-// lives in, as copyToSlab(s.enc.buf) does, with the same hold to release.
-func (s *scratch) keepEncoded() ([]byte, *slab) {
-	p := s.enc.buf
-	if !s.inSlab {
-		return s.copyToSlab(p)
-	}
-	sl := s.slab
-	if free := cap(sl.buf) - len(sl.buf); cap(p) != free {
-		// append outgrew the room: p is a new array (the encoder only
-		// appends to enc.buf, so its capacity is the room's until then).
-		data, own := p[:len(p):len(p)], (*slab)(nil)
-		if len(p) <= slabSize/4 {
-			data, own = s.copyToSlab(p)
-		}
-		s.noteSize(len(p))
-		return data, own
-	}
-	s.noteSize(len(p))
-	start := len(sl.buf)
-	sl.buf = sl.buf[:start+len(p)]
-	s.handed++
-	return sl.buf[start:len(sl.buf):len(sl.buf)], sl
-}
-
-// noteSize makes room for events like one of n bytes: the room kept free
-// grows to the largest event seen (up to slabSize/4) and shrinks by an
-// eighth with every new slab (see nextSlab).
-func (s *scratch) noteSize(n int) {
-	if n > s.room {
-		s.room = min(n, slabSize/4)
-	}
-}
-
-// nextSlab moves the scratch on to a new slab, giving back the old one's
-// tickets not handed out.
-func (s *scratch) nextSlab() *slab {
-	if s.slab != nil {
-		s.slab.release(slabTickets - s.handed)
-	}
-	sl := slabs.Get().(*slab)
-	sl.refs.Store(slabTickets)
-	s.slab, s.handed = sl, 0
-	s.room = max(slabRoom, s.room-s.room/8)
-	return sl
 }
 
 // copyToSlab returns a copy of p for an event, and the slab it was cut from (nil
@@ -214,7 +126,12 @@ func (s *scratch) copyToSlab(p []byte) ([]byte, *slab) {
 	}
 	sl := s.slab
 	if sl == nil || cap(sl.buf)-len(sl.buf) < len(p) {
-		sl = s.nextSlab()
+		if sl != nil {
+			sl.release(slabTickets - s.handed) // the tickets not handed out
+		}
+		sl = slabs.Get().(*slab)
+		sl.refs.Store(slabTickets)
+		s.slab, s.handed = sl, 0
 	}
 	start := len(sl.buf)
 	sl.buf = append(sl.buf, p...)
