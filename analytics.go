@@ -43,8 +43,9 @@ var _ Tracker = (*Client)(nil)
 // empty, and queue it without blocking and without I/O (in durable mode,
 // see WithDiskBuffer, with one append to the disk buffer). A nil error means
 // the event was accepted: it will get exactly one disposition, reported
-// through the callbacks (in durable mode, except an event Close leaves on
-// disk without reading it back: see WithDiskBuffer). An error means it was
+// through the callbacks (in durable mode an event Close keeps on disk gets
+// its callback from the client that later sends it: see WithDiskBuffer).
+// An error means it was
 // rejected: it is never sent and gets no callback. The client keeps nothing
 // of the caller's message, maps included (see Message), so the caller may
 // reuse or change it after the call.
@@ -61,7 +62,8 @@ var _ Tracker = (*Client)(nil)
 // Calls for one batch happen after its last attempt; calls for different
 // batches may run concurrently when Consumers > 1. A callback must return
 // quickly: the consumer does no other work while it runs. A panicking
-// callback is recovered and logged; the consumer keeps running. The
+// callback is recovered and logged at ERROR with its stack; the consumer
+// keeps running, and the events keep the outcome they were given. The
 // messages passed to callbacks are copies or rebuilt from the JSON sent (see
 // Message and WithOnError).
 type Client struct {
@@ -87,6 +89,7 @@ type Client struct {
 	consumers       sync.WaitGroup
 	ownTransport    *http.Transport // the transport New made, closed by Close; nil for WithHTTPClient
 	auth            *tokenSource    // WithOAuth's token goroutine; nil without OAuth
+	outage          *outageLog      // lines about a failing server (outage.go)
 }
 
 // New returns a started Client that sends to writeKey's source. Invalid
@@ -143,6 +146,7 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 			return nil, err
 		}
 		c.settle.disk = c.disk
+		c.settle.keep.Store(true) // hand-backs stay on disk, without a callback
 		q.onTake = c.disk.beforeBatch
 		c.disk.startReader(q, c.settle, replay) // read back, before any new event, as memory allows
 	}
@@ -163,12 +167,13 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 		c.auth = newTokenSource(s.oauth, httpClient, &s, c.room)
 		c.auth.start(c.interrupt) // fetches the first token now (R50)
 	}
+	c.outage = &outageLog{log: c.log, q: c.q, room: c.room, disk: c.disk, stats: &c.settle.stats}
 	c.consumers.Add(s.Consumers)
 	for i := 0; i < s.Consumers; i++ {
 		w := &consumer{
 			q: c.q, room: c.room, sender: newSender(&s, httpClient), auth: c.auth, settle: c.settle,
 			policy: policy, log: c.log, interrupt: c.interrupt, retire: c.retire, onAttempt: s.attemptHook,
-			limits: lim,
+			limits: lim, outage: c.outage,
 		}
 		go func() {
 			defer c.consumers.Done()
@@ -301,10 +306,22 @@ const lastChance = 250 * time.Millisecond
 // context.Background(). Delivery failures are reported through OnError
 // only. A second Close returns ErrClosed.
 //
-// In durable mode (WithDiskBuffer) the handed-back events stay on disk:
-// their DeliveryError has Kept set, Close's error says "kept in the disk
-// buffer", and the next client on the directory sends them. Close then
-// syncs and closes the disk buffer and releases its lock.
+// In durable mode (WithDiskBuffer) the events without an outcome stay on
+// disk instead of being handed back through OnError: they get no callback
+// (the client that later sends them calls theirs), Close's error says
+// "N event(s) handed back (kept in the disk buffer)", Stats.OnDisk counts
+// them, and the next client on the directory sends them. Close also stops
+// waiting, before ctx ends, once the server is not answering: at least
+// three of its recent answers, and at least half of them, were counted
+// failures (5xx, 408, 410, 429 or 460 without a usable Retry-After,
+// network errors, timeouts; or four in a row over a second or more), none
+// was a 2xx since, and the latest answer of all is such a failure; or its
+// Retry-After shuts the gate until ctx's deadline or later. It then
+// cancels the requests in flight (their events stay on disk too) and its
+// error says "the server is not answering", wrapping the last error.
+// Close then syncs and closes the disk buffer and releases its lock; if
+// that sync fails before the hand-back, the events get OnError as in
+// memory mode.
 func (c *Client) Close(ctx context.Context) error {
 	if ctx == nil {
 		ctx = context.Background()
@@ -342,15 +359,12 @@ func (c *Client) Close(ctx context.Context) error {
 	}
 
 	interrupted := false
+	var stopped error // why Close stopped waiting before ctx ended (durable mode)
 	if done := c.q.mark(); done != nil {
-		select {
-		case <-done:
-		case <-ctx.Done():
-			interrupted = true
-		}
+		interrupted, stopped = c.awaitOutcomes(ctx, done)
 	}
 	if interrupted {
-		c.cancelInterrupt() // interrupt waits and requests before consumers are retired
+		c.interruptDelivery() // interrupt waits and requests before consumers are retired
 	}
 	retireOnce()
 
@@ -361,7 +375,7 @@ func (c *Client) Close(ctx context.Context) error {
 		case <-exited:
 		case <-ctx.Done():
 			interrupted = true
-			c.cancelInterrupt()
+			c.interruptDelivery()
 		}
 	}
 	var grace <-chan time.Time
@@ -386,9 +400,8 @@ func (c *Client) Close(ctx context.Context) error {
 	if c.ownTransport != nil {
 		c.ownTransport.CloseIdleConnections() // no keep-alive goroutines outlive Close
 	}
-	var onDisk int64
 	if c.disk != nil {
-		onDisk = c.disk.stopReader() // kept on disk, counted, no callback (spill.go)
+		c.disk.stopReader() // kept on disk, counted, no callback (spill.go)
 	}
 	rest := c.q.drain()
 	waiting := c.room.close() // handed back batch by batch: each keeps its Last and Attempts
@@ -421,13 +434,23 @@ func (c *Client) Close(ctx context.Context) error {
 		}
 	}
 	c.settle.reportDrops(true)
+	keep := c.disk != nil && c.settle.keep.Load()
 	kept := ""
+	if n > 0 { // one line for every hand-back (R51)
+		if keep {
+			c.disk.onDiskNow.Store(n) // Stats.OnDisk: what Close left on disk
+			kept = " (kept in the disk buffer)"
+			fields := []zap.Field{zap.Int64("events", n), zap.Bool("kept", true), zap.String("dir", c.disk.dir)}
+			if stopped != nil {
+				fields = append(fields, zap.NamedError("reason", stopped)) // the server is not answering (R72)
+			}
+			c.log.Info("events handed back at shutdown", fields...)
+		} else {
+			c.log.Warn("events handed back at shutdown", zap.Int64("events", n), zap.Bool("kept", false))
+		}
+	}
 	if c.disk != nil {
 		c.disk.close() // handed-back events stay on disk
-		kept = " (kept in the disk buffer)"
-		if onDisk > 0 {
-			kept = fmt.Sprintf(" (kept in the disk buffer; %d of them never left it and got no callback)", onDisk)
-		}
 	}
 	if n == 0 && !(interrupted && c.q.outstanding() > 0) {
 		return nil
@@ -440,11 +463,69 @@ func (c *Client) Close(ctx context.Context) error {
 			"derive it from context.Background(), e.g. context.WithTimeout(context.Background(), 10*time.Second)",
 			ErrShutdownInterrupted, n, kept, doneBefore)
 	}
+	if stopped != nil {
+		return fmt.Errorf("%w: %d event(s) handed back%s: %w", ErrShutdownInterrupted, n, kept, stopped)
+	}
 	if cause := context.Cause(ctx); cause != nil {
 		return fmt.Errorf("%w: %d event(s) handed back%s: %w", ErrShutdownInterrupted, n, kept, cause)
 	}
 	return fmt.Errorf("%w: %d event(s) handed back%s", ErrShutdownInterrupted, n, kept)
 }
+
+// awaitOutcomes waits until done (every accepted event has its outcome)
+// or ctx ends, and reports whether delivery must be interrupted. In
+// durable mode it also stops waiting when the server is not answering
+// (R72, waitingRoom.notAnswering): what is undelivered is on disk and goes out
+// at the next start, so waiting out ctx would only delay the shutdown;
+// stopped then says why.
+func (c *Client) awaitOutcomes(ctx context.Context, done <-chan struct{}) (interrupt bool, stopped error) {
+	deadline, _ := ctx.Deadline()
+	for {
+		var changed <-chan struct{}
+		if c.disk != nil {
+			var down bool
+			var last error
+			if down, changed, last = c.room.notAnswering(deadline); down {
+				return true, &notAnsweringError{last}
+			}
+		}
+		select {
+		case <-done:
+			return false, nil
+		case <-ctx.Done():
+			return true, nil
+		case <-changed:
+		}
+	}
+}
+
+// interruptDelivery interrupts waits and requests at Close. In durable mode
+// it syncs the disk buffer first: the events handed back stay there without
+// a callback only if that sync succeeds; otherwise they get OnError with
+// ErrShutdownInterrupted, as without a disk buffer.
+func (c *Client) interruptDelivery() {
+	if c.disk != nil && c.settle.keep.Load() {
+		if err := c.disk.log.Sync(); err != nil {
+			c.settle.keep.Store(false)
+			c.log.Error("disk buffer: the last sync before the hand-back failed; handed-back events get OnError",
+				zap.String("dir", c.disk.dir), zap.Error(err))
+		}
+	}
+	c.cancelInterrupt()
+}
+
+// notAnsweringError says why Close, in durable mode, stopped waiting before
+// its context ended; it wraps the server's last error, if any.
+type notAnsweringError struct{ last error }
+
+func (e *notAnsweringError) Error() string {
+	if e.last == nil {
+		return "Close stopped waiting: the server's Retry-After outlasts Close's deadline"
+	}
+	return "Close stopped waiting: the server is not answering (last: " + e.last.Error() + ")"
+}
+
+func (e *notAnsweringError) Unwrap() error { return e.last }
 
 // blockedCallbacks names, for Close's error, the callbacks that had not
 // returned when Close gave up waiting for them, and how many events each

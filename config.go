@@ -289,7 +289,10 @@ func WithGzip(enabled bool) Option {
 // the copy gets the SDK's redirect policy (307/308 followed within the
 // origin only, every other 3xx reported as a failure, R11). Per-attempt timeouts come from
 // WithHTTPTimeout; the client's own Timeout, if set, also applies. A nil
-// client fails New.
+// client fails New. A RoundTripper that panics or returns a nil response
+// fails that attempt as a retryable *TransportError, and a response body
+// that is nil, has a nil reader or panics leaves the status to decide; the
+// panic is logged at ERROR with its stack (docs/delivery.md R56).
 func WithHTTPClient(c *http.Client) Option {
 	return optionFunc(func(s *settings) {
 		s.httpClient, s.httpClientNil = c, c == nil
@@ -297,7 +300,8 @@ func WithHTTPClient(c *http.Client) Option {
 }
 
 // WithLogger sets the logger (default zap.NewNop: silent). The client never
-// logs the write key or event payloads. A nil logger fails New.
+// logs the write key or event payloads. A nil logger fails New. A logger
+// whose core panics loses that line; the client goes on.
 func WithLogger(l *zap.Logger) Option {
 	return optionFunc(func(s *settings) {
 		s.logger = l
@@ -314,8 +318,11 @@ func WithOnSuccess(f func(events []Message)) Option {
 // WithOnError registers the callback for events that were not delivered:
 // failed (any error but ErrShutdownInterrupted) or handed back at shutdown
 // (errors.Is(err, ErrShutdownInterrupted)). Each accepted event that is not
-// delivered appears in exactly one call. See Callbacks for the threading
-// contract.
+// delivered appears in exactly one call. In durable mode (WithDiskBuffer)
+// an event Close keeps on disk is not handed back through OnError: it is
+// sent by the next client, whose callback is its outcome, so a dead-letter
+// writer sees each event that truly failed once, whatever the restarts.
+// See Callbacks for the threading contract.
 //
 // With OnError alone, the client keeps no copy of the message at enqueue
 // (enqueue then costs what it costs without callbacks, and a held event is
@@ -407,5 +414,6 @@ func resolve(writeKey string, opts []Option) (settings, error) {
 		return s, err
 	}
 	s.CustomHTTPClient = s.httpClient != nil
+	s.logger = guardLogger(s.logger) // a logger that panics loses a line, nothing else (guard.go)
 	return s, nil
 }

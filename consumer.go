@@ -29,6 +29,7 @@ type consumer struct {
 	onAttempt func(AttemptInfo) // WithAttemptHook; nil without (see observe.go)
 	limits    *limits           // what the server's refusals taught (isolate.go)
 	trying    chan struct{}     // the turn of an untried body size this consumer holds, nil if none (R69)
+	outage    *outageLog        // lines about a failing server (outage.go)
 }
 
 // retryPolicy is what the consumer needs of the configuration.
@@ -156,6 +157,9 @@ func (w *consumer) attempt(b *batch) {
 	w.observe(b, start, resp, err)
 	b.attempts++
 	w.settle.stats.requests.Add(1)
+	if b.isolation != nil {
+		b.isolation.requests.Add(1)
+	}
 	now := time.Now()
 	if err != nil && w.interrupt.Err() != nil {
 		w.settle.handBack(b, err) // cancelled on the wire: the server may have it (R40)
@@ -188,8 +192,9 @@ func (w *consumer) attempt(b *batch) {
 	}
 	switch v.outcome {
 	case outcomeDelivered:
-		w.room.succeeded(now) // R60–R62
+		line := w.room.succeeded(now) // R60–R62
 		w.settle.delivered(b)
+		w.outage.write(line) // R51
 	case outcomeSplit:
 		w.split(b, now) // R3: the server stored nothing
 	case outcomeFailed:
@@ -251,7 +256,7 @@ func (w *consumer) retryLater(b *batch, now time.Time) {
 		w.settle.failed(b, &DeliveryError{Reason: ErrBackoffDurationExceeded, Last: b.lastErr, Attempts: b.attempts})
 		return
 	}
-	k := w.room.failed(b) // R61: k restarts at every 2xx to anyone
+	k, line := w.room.failed(b, now) // R61: k restarts at every 2xx to anyone
 	d, custom := w.policy.compatDelay(b.retries)
 	if !custom {
 		d = w.policy.delay(k)
@@ -262,6 +267,7 @@ func (w *consumer) retryLater(b *batch, now time.Time) {
 	if !w.room.wait(b, now.Add(d)) {
 		w.settle.handBack(b, nil)
 	}
+	w.outage.write(line) // R51
 }
 
 // split answers a 413 (R3): b is cut into two halves, same events in the
@@ -272,8 +278,10 @@ func (w *consumer) retryLater(b *batch, now time.Time) {
 // budgets: counted retries used, first counted failure, failure streak. A
 // split is not a retry of its own and spends no budget.
 func (w *consumer) split(b *batch, now time.Time) {
+	if !b.cut { // one line per refused batch, not one per piece (R51)
+		w.log.Debug("batch answered 413: halving it until its events fit", zap.Int("events", len(b.events)))
+	}
 	b.rateLimited, b.retryPending, b.cut = false, false, true
-	w.log.Debug("batch answered 413: sending it again as two halves", zap.Int("events", len(b.events)))
 	first, second := w.halve(b) // isolate.go
 	w.park(first, second, now, now)
 }

@@ -162,9 +162,14 @@ func WithSegmentSize(bytes int64) DiskOption {
 // to the operating system before the enqueue call returns, so it survives
 // the process dying at any instant; the fsync policy (WithFsync) bounds
 // what a power loss can lose. Delivered and failed events are
-// acknowledged in the log and their space reclaimed a segment at a time;
-// events handed back by Close stay on disk (their DeliveryError has
-// Kept set). New sends the events an earlier client left in dir before
+// acknowledged in the log (after their callback: a crash between the two
+// repeats the callback at the next start, never loses it) and their space
+// reclaimed a segment at a time; events without an outcome at Close stay
+// on disk and get no callback then (see Client.Close). So a callback, in
+// whichever client it runs, is each event's final outcome: an OnError
+// that writes a dead-letter file sees each failed event once, and never
+// an event that is only waiting on disk. New sends the events an earlier
+// client left in dir before
 // any new one, with the same messageIds; callbacks receive them as
 // messages decoded from the stored JSON. One client at a time may use dir:
 // New fails with ErrDiskBufferLocked otherwise. dir must be private to the
@@ -180,10 +185,14 @@ func WithSegmentSize(bytes int64) DiskOption {
 // they were accepted, replayed ones first; their callbacks get messages
 // decoded from the stored JSON. New does not load the replayed events
 // either: they are read back the same way. Flush and Close wait for
-// events on disk only like any other. An event still on disk only when
-// Close's deadline hands back stays there for the next client and gets no
-// callback: Close's error says how many, and they are counted in
-// Stats.HandedBack and Stats.OnDisk.
+// events on disk only like any other, and Close keeps them there like
+// the events in memory: Close's error says how many it kept, and they are
+// counted in Stats.HandedBack and Stats.OnDisk.
+//
+// The directory must be left to the client: events whose records another
+// process removes, cuts short or replaces before they are read back are
+// failed without a callback and counted in Stats.DiskLost (one error log
+// line names how many); docs/durable.md lists each such case.
 //
 // An enqueue call then costs one append to the log more; it returns an
 // error matching ErrQueueFull past the disk limit (WithDiskLimit; the
@@ -222,9 +231,9 @@ type durable struct {
 	stopped  sync.WaitGroup
 	observer func()
 
-	replayed atomic.Int64 // events an earlier client left, less those found not to be events or unreadable
+	replayed atomic.Int64 // events an earlier client left, less those found not to be events
 	skipped  atomic.Int64 // replayed records with a valid checksum but no JSON object
-	lost     atomic.Int64 // replayed events whose record could no longer be read back
+	lost     atomic.Int64 // events on disk only whose record was gone when read back (Stats.DiskLost)
 
 	// The disk as the buffer (spill.go).
 	q         *queue

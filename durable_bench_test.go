@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 )
@@ -114,6 +115,43 @@ func TestDurableTrackZeroAllocs(t *testing.T) {
 	if allocs != 0 {
 		t.Errorf("%v allocations per round of two durable enqueue calls (and one ack)", allocs)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	_ = c.Close(ctx)
+}
+
+// BenchmarkTrackDurableLatency times every durable Track call (fsync per
+// interval, uploader blocked, memory emptied every QueueCapacity events as
+// in BenchmarkTrackDurable) and reports the 50th, 99th and 99.9th
+// percentiles in µs: the figure the append path's cost is judged by.
+func BenchmarkTrackDurableLatency(b *testing.B) {
+	c, err := New("wk", WithEndpoint("http://127.0.0.1:1"), WithHTTPClient(&http.Client{Transport: blockedTransport{}}),
+		WithConsumers(1), WithDiskBuffer(b.TempDir()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	props := Properties{"plan": "pro", "amount": 42, "currency": "EUR", "trial": false}
+	held := c.Config().QueueCapacity
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if i%held == held-1 {
+			b.StopTimer()
+			c.discardDurable()
+			b.StartTimer()
+		}
+		t0 := time.Now()
+		if err := c.Track(Track{UserID: "user-1234", Event: "Order Completed", Properties: props}); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	at := func(p float64) float64 { return float64(lat[int(float64(len(lat)-1)*p)]) / 1e3 }
+	b.ReportMetric(at(0.5), "p50-µs")
+	b.ReportMetric(at(0.99), "p99-µs")
+	b.ReportMetric(at(0.999), "p99.9-µs")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
 	_ = c.Close(ctx)

@@ -29,8 +29,9 @@ const crashChildEnv = "ANALYTICS_CRASH_CHILD_DIR"
 
 // The child's QueueCapacity and endpoint, when set (see TestDurableCrash).
 const (
-	crashChildCapEnv = "ANALYTICS_CRASH_CHILD_CAPACITY"
-	crashChildURLEnv = "ANALYTICS_CRASH_CHILD_URL"
+	crashChildCapEnv   = "ANALYTICS_CRASH_CHILD_CAPACITY"
+	crashChildURLEnv   = "ANALYTICS_CRASH_CHILD_URL"
+	crashChildCloseEnv = "ANALYTICS_CRASH_CHILD_CLOSE_AFTER" // stop tracking and Close after this long
 )
 
 // TestDurableCrashChild is the child: it tracks events as fast as it can
@@ -56,13 +57,17 @@ func TestDurableCrashChild(t *testing.T) {
 		os.Exit(3)
 	}
 	pid := "p" + strconv.Itoa(os.Getpid()) // two children on one directory: ids of their own
+	var stop atomic.Bool
+	if d, err := time.ParseDuration(os.Getenv(crashChildCloseEnv)); err == nil {
+		time.AfterFunc(d, func() { stop.Store(true) })
+	}
 	var wg sync.WaitGroup
 	for g := 0; g < 2; g++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			buf := make([]byte, 0, 64)
-			for i := 0; ; i++ {
+			for i := 0; !stop.Load(); i++ {
 				id := pid + "g" + strconv.Itoa(g) + "-" + strconv.Itoa(i)
 				if c.Track(Track{MessageID: id, UserID: "u1", Event: "Crash Tested", Properties: Properties{"i": i}}) == nil {
 					buf = append(append(buf[:0], id...), '\n')
@@ -74,15 +79,22 @@ func TestDurableCrashChild(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	// Close (the kill comes during it, or after it returned)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_ = c.Close(ctx)
+	time.Sleep(time.Hour) // until the kill
 }
 
 // TestDurableCrash kills the child at seeded random moments (20 by default,
 // ANALYTICS_CRASH_MOMENTS to change, ANALYTICS_CRASH_SEED to repeat a run).
-// The moments take turns among three kinds: a child with room in memory
+// The moments take turns among four kinds: a child with room in memory
 // for every event (the server is down); a child with QueueCapacity 1 000,
-// so most events are on disk only when it dies; and a second child that
+// so most events are on disk only when it dies; a second child that
 // opens such a child's directory with the server up (answering slowly) and
-// tracks more while its reader catches up with the backlog, killed too.
+// tracks more while its reader catches up with the backlog, killed too;
+// and a child that tracks for 100 ms with QueueCapacity 1 000 against the
+// slow server, then calls Close, killed during Close (or after it).
 func TestDurableCrash(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns processes")
@@ -126,7 +138,7 @@ func TestDurableCrash(t *testing.T) {
 	for m := 0; m < moments; m++ {
 		dir := t.TempDir()
 		delay := time.Duration(rng.Int64N(int64(300 * time.Millisecond)))
-		kind := [...]string{"memory", "spilled", "catching up"}[m%3]
+		kind := [...]string{"memory", "spilled", "catching up", "closing"}[m%4]
 		mu.Lock()
 		clear(received)
 		mu.Unlock()
@@ -136,6 +148,13 @@ func TestDurableCrash(t *testing.T) {
 			acked = runCrashChild(t, dir, delay)
 		case "spilled":
 			acked = runCrashChild(t, dir, delay, crashChildCapEnv+"=1000")
+		case "closing":
+			// Close catching up with a backlog on disk only, the server up
+			// (answering slowly); the kill lands during Close or after it.
+			slow.Store(true)
+			acked = runCrashChild(t, dir, 100*time.Millisecond+delay, crashChildCapEnv+"=1000",
+				crashChildURLEnv+"="+srv.URL, crashChildCloseEnv+"=100ms")
+			slow.Store(false)
 		default:
 			acked = runCrashChild(t, dir, delay+100*time.Millisecond, crashChildCapEnv+"=1000")
 			slow.Store(true)

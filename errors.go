@@ -181,25 +181,21 @@ func (e *TransportError) Unwrap() error { return e.Err }
 // last *HTTPError or *TransportError (nil if no attempt was made). Both are
 // visible to errors.Is and errors.As.
 //
-// Kept is set on events handed back in durable mode (WithDiskBuffer): they
-// stay in the disk buffer and the next client that opens it sends them, so
-// they are not lost.
+// In durable mode (WithDiskBuffer) events that Close hands back stay in the
+// disk buffer for the next client and reach no callback, so OnError sees
+// ErrShutdownInterrupted only without a disk buffer (or when Close could
+// not sync it).
 type DeliveryError struct {
 	Reason   error
 	Last     error
 	Attempts int
-	Kept     bool
 }
 
-// Error describes reason, attempts, the last error and whether the events
-// were kept on disk.
+// Error describes reason, attempts and the last error.
 func (e *DeliveryError) Error() string {
 	s := fmt.Sprintf("%s after %d attempt(s)", e.Reason.Error(), e.Attempts)
 	if e.Last != nil {
 		s += ": " + strings.TrimPrefix(e.Last.Error(), "analytics: ")
-	}
-	if e.Kept {
-		s += " (kept in the disk buffer for the next client)"
 	}
 	return s
 }

@@ -223,8 +223,60 @@ func (l *limits) pieces(b *batch, perEvent int) int {
 }
 
 // isolation is the request budget of a batch being halved after a 400
-// (R66), shared by every piece of it.
-type isolation struct{ left atomic.Int64 }
+// (R66), shared by every piece of it, and what the pieces came to: the
+// logs say it in one line once every piece has its outcome (R51), not a
+// line per piece.
+type isolation struct {
+	left     atomic.Int64 // requests the pieces may still make
+	requests atomic.Int64 // requests made: the refused one and the pieces'
+	events   int          // in the refused batch
+
+	mu        sync.Mutex
+	pieces    int   // pieces without an outcome
+	delivered int64 // events delivered
+	failed    int64 // events failed
+	err       error // the first failure's error
+}
+
+// newIsolation starts the isolation of b, refused with a 400.
+func newIsolation(b *batch) *isolation {
+	s := &isolation{events: len(b.events), pieces: 1}
+	s.left.Store(isolationBudget(len(b.events)))
+	s.requests.Store(1)
+	return s
+}
+
+// settled records the outcome of a piece of n events (err nil: delivered;
+// a hand-back counts as neither) and reports whether it was the last.
+func (s *isolation) settled(n int, err error, handedBack bool) (last bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case handedBack:
+	case err == nil:
+		s.delivered += int64(n)
+	default:
+		s.failed += int64(n)
+		if s.err == nil {
+			s.err = err
+		}
+	}
+	s.pieces--
+	return s.pieces == 0
+}
+
+// report is the one line about an isolation that has ended (R51).
+func (s *isolation) report(log *zap.Logger) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fields := []zap.Field{zap.Int64("events", s.failed), zap.Int("ofBatch", s.events),
+		zap.Int64("delivered", s.delivered), zap.Int64("requests", s.requests.Load())}
+	if s.failed == 0 {
+		log.Debug("batch answered 400: its events were delivered once it was halved", fields...)
+		return
+	}
+	log.Error("events not delivered", append(fields, zap.Error(s.err))...)
+}
 
 // isolationBudget is the number of requests the pieces of a batch of n
 // events refused with a 400 may make: 4·⌈log₂ n⌉, enough to find two
@@ -336,14 +388,13 @@ func (w *consumer) adapt(b *batch, resp response, err error, v verdict, now time
 // batch fails whole, as it would have without this rule.
 func (w *consumer) isolate(b *batch, now time.Time) bool {
 	if b.isolation == nil {
-		b.isolation = &isolation{}
-		b.isolation.left.Store(isolationBudget(len(b.events)))
+		b.isolation = newIsolation(b)
+		w.log.Debug("batch answered 400: halving it until the events at fault are alone", zap.Int("events", len(b.events)))
 	}
 	if !b.isolation.take() {
 		return false
 	}
 	w.settle.stats.isolations.Add(1)
-	w.log.Debug("batch answered 400: sending it again as two halves", zap.Int("events", len(b.events)))
 	b.cut = true
 	first, second := w.halve(b)
 	w.park(first, second, now, now)
@@ -363,16 +414,19 @@ func (w *consumer) splitTooMany(b *batch, now time.Time) bool {
 		return false // retryLater fails it with the budget's reason
 	}
 	w.limits.refusedCount(len(b.events))
-	w.room.failed(b) // a counted failure, for the server's health (R60, R61)
+	_, line := w.room.failed(b, now) // a counted failure, for the server's health (R60, R61)
 	first := b.retries
 	b.retries++
 	b.retryPending = true
 	b.rateLimited = false
-	w.log.Debug("batch answered 429 twice without Retry-After: sending it again as two halves",
-		zap.Int("events", len(b.events)))
+	if !b.cut { // one line per refused batch, not one per piece (R51)
+		w.log.Debug("batch answered 429 twice without Retry-After: sending it again as two halves",
+			zap.Int("events", len(b.events)))
+	}
 	b.cut = true
 	h1, h2 := w.halve(b)
 	w.park(h1, h2, now.Add(w.firstDelay(first)), now.Add(w.firstDelay(first)))
+	w.outage.write(line) // R51
 	return true
 }
 
@@ -418,6 +472,11 @@ func cutPoint(evs []event, share int) int {
 // cutAt cuts b into b.events[:mid], staying in b, and the rest, carried on
 // as halve says.
 func (w *consumer) cutAt(b *batch, mid int) (first, second *batch) {
+	if b.isolation != nil {
+		b.isolation.mu.Lock()
+		b.isolation.pieces++
+		b.isolation.mu.Unlock()
+	}
 	second = newBatch(len(b.events) - mid)
 	second.events = append(second.events, b.events[mid:]...)
 	clear(b.events[mid:])

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -423,13 +422,15 @@ func (t *tokenSource) request(ctx context.Context) (header string, lifetime, ret
 		"Accept":       {"application/json"},
 		"User-Agent":   {LibraryName + "/" + Version},
 	}
-	resp, err := t.client.Do(req)
+	resp, err := do(t.client, req, t.log) // a panic or a nil response is a transport error (guard.go)
 	if err != nil {
 		return "", 0, 0, &OAuthError{Permanent: !classifyTransportError(err), Err: err}
 	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxTokenBody))
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
+	defer closeBody(resp.Body, t.log)
+	raw, ok := readBody(resp.Body, maxTokenBody, t.log)
+	if ok {
+		drain(resp.Body, maxDrain, t.log)
+	}
 	now := time.Now()
 	if d, err := http.ParseTime(resp.Header.Get("Date")); err == nil {
 		t.mu.Lock()

@@ -2,8 +2,6 @@ package analytics
 
 import (
 	"time"
-
-	"go.uber.org/zap"
 )
 
 // AttemptInfo describes one HTTP attempt to upload a batch, as passed to
@@ -64,11 +62,7 @@ func (w *consumer) observe(b *batch, start time.Time, resp response, err error) 
 	if err == nil {
 		info.Status = resp.status
 	}
-	defer func() {
-		if r := recover(); r != nil {
-			w.log.Error("analytics attempt hook panicked", zap.Any("panic", r))
-		}
-	}()
+	defer contain(w.log, userHook, nil)
 	w.onAttempt(info)
 }
 

@@ -34,6 +34,7 @@ type waitingRoom struct {
 	unpaced  bool          // shared.Compat NoRetryAllowance: counted retries take no token (compat.go)
 
 	health health
+	outage outage // what the logs say about a failing server (outage.go)
 	// release is the first counted wait d_1 (R62): after a 2xx, no counted
 	// retry stays due later than this.
 	release time.Duration
@@ -121,24 +122,26 @@ func (h *health) allowed(now time.Time) time.Duration {
 	return time.Duration((1 - h.tokens) / allowanceRate * float64(time.Second))
 }
 
-// failed records a counted failure of b (R60) and returns the k of its
-// next wait: b's counted failures since the server last answered 2xx to any
-// batch (R61), or 1 while the recent answers other than b's own streak show
-// a healthy server (R63), so that a batch unlucky on its own against a
-// server that answers most requests does not sit out growing waits, even
-// when it is the last one left and its own failures fill the window.
-func (r *waitingRoom) failed(b *batch) (k int) {
+// failed records a counted failure of b (R60) at now. It returns the k of
+// its next wait — b's counted failures since the server last answered 2xx
+// to any batch (R61), or 1 while the recent answers other than b's own
+// streak show a healthy server (R63), so that a batch unlucky on its own
+// against a server that answers most requests does not sit out growing
+// waits, even when it is the last one left and its own failures fill the
+// window — and the line due about a failing server (outage.go), if any.
+func (r *waitingRoom) failed(b *batch, now time.Time) (k int, line outageLine) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.health.note(true)
+	line = r.outage.failure(&r.health, now, b.lastErr)
 	if b.epoch != r.health.epoch {
 		b.epoch, b.streak = r.health.epoch, 0
 	}
 	b.streak++
 	if r.health.healthy(b.streak) {
-		return 1
+		return 1, line
 	}
-	return b.streak
+	return b.streak, line
 }
 
 // succeeded records a 2xx at now (R60): it pays allowancePerSuccess into
@@ -147,17 +150,19 @@ func (r *waitingRoom) failed(b *batch) (k int) {
 // d_1 from now becomes due within d_1, in due order, each at its own
 // instant (the window is cut in equal slices, one per batch, and each
 // batch draws its instant inside its slice). Rate-limited batches and
-// batches waiting for a token keep their instant.
-func (r *waitingRoom) succeeded(now time.Time) {
+// batches waiting for a token keep their instant. It returns the line due
+// about a failing server that answers again (outage.go), if any.
+func (r *waitingRoom) succeeded(now time.Time) (line outageLine) {
 	r.mu.Lock()
 	r.health.epoch++
 	r.health.note(false)
+	line = r.outage.success(&r.health, now, r.retryingLocked)
 	r.health.refill(now)
 	r.health.tokens = min(allowanceBurst, r.health.tokens+allowancePerSuccess)
 	horizon := now.Add(r.release + r.release/10) // d_1's longest draw
 	if r.latest.IsZero() || !r.latest.After(horizon) {
 		r.mu.Unlock()
-		return
+		return line
 	}
 	late := make([]int, 0, len(r.waiting))
 	for i, w := range r.waiting {
@@ -178,6 +183,7 @@ func (r *waitingRoom) succeeded(now time.Time) {
 	if len(late) > 0 {
 		signal(r.ready)
 	}
+	return line
 }
 
 // reschedule makes every waiting batch for which pick reports true due at
@@ -240,6 +246,7 @@ func (r *waitingRoom) putLocked(b *batch, due time.Time) bool {
 // already handed everything back; the caller then hands b back.
 func (r *waitingRoom) rateLimited(now time.Time, d time.Duration, b *batch) (opened bool, expired []*batch, ok bool) {
 	r.mu.Lock()
+	r.outage.poke() // Close looks again whether the gate outlasts it
 	if r.start.IsZero() {
 		r.start = now
 		opened = true

@@ -20,6 +20,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
+
+	"go.uber.org/zap"
 )
 
 const (
@@ -45,6 +47,7 @@ type sender struct {
 	eventSent bool
 	extra     []byte       // shared.Compat BodyFields (compat.go)
 	zw        *gzip.Writer // reused across attempts
+	log       *zap.Logger  // for panics of the transport and its bodies (guard.go)
 
 	sent      int          // size of the last attempt's body, as sent
 	plainSize int          // and before gzip
@@ -62,6 +65,7 @@ func newSender(s *settings, client *http.Client) *sender {
 		gzip:      s.Gzip,
 		eventSent: s.EventSentAt,
 		extra:     s.compat.BodyFields,
+		log:       s.logger,
 	}
 }
 
@@ -246,7 +250,7 @@ func (s *sender) send(ctx context.Context, b *batch) (response, error) {
 	if b.attempts > 0 {
 		req.Header["X-Retry-Count"] = []string{strconv.Itoa(b.attempts)}
 	}
-	resp, err := s.client.Do(req)
+	resp, err := do(s.client, req, s.log) // a panic or a nil response is a transport error (guard.go)
 	if use.released() {
 		use.giveBack() // Do has returned: no retry of its own reads it again
 	}
@@ -257,10 +261,10 @@ func (s *sender) send(ctx context.Context, b *batch) (response, error) {
 	// attempt's context ends (timeout or Close), the body is closed, which
 	// ends a read that the transport itself would not end (the raw
 	// connection of a 101, a RoundTripper that ignores the context).
-	stop := context.AfterFunc(ctx, func() { _ = resp.Body.Close() })
+	stop := context.AfterFunc(ctx, func() { closeBody(resp.Body, s.log) })
 	defer func() {
 		stop()
-		_ = resp.Body.Close()
+		closeBody(resp.Body, s.log)
 	}()
 	r := response{status: resp.StatusCode}
 	if vals, ok := resp.Header["Retry-After"]; ok {
@@ -281,11 +285,15 @@ func (s *sender) send(ctx context.Context, b *batch) (response, error) {
 		}
 	}
 	if resp.StatusCode > 299 {
-		// A read error part-way changes nothing (R16).
-		raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+		// A read error part-way changes nothing (R16), nor does a panic:
+		// the status decides, and a body that panicked is read no more.
+		raw, ok := readBody(resp.Body, maxErrorBody, s.log)
 		r.text = clip(s.redact(excerpt(raw)))
+		if !ok {
+			return r, nil
+		}
 	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain)) // R56
+	drain(resp.Body, maxDrain, s.log) // R56
 	return r, nil
 }
 

@@ -22,6 +22,9 @@ type settler struct {
 	ledger    *queue   // discharged once per event
 	capacity  int      // QueueCapacity, for the drop warning
 	disk      *durable // durable mode: outcomes are acknowledged on disk; nil otherwise
+	// keep: durable mode, and the disk buffer holds what is handed back
+	// (Close clears it when its last sync fails): hand-backs get no callback.
+	keep atomic.Bool
 
 	stats counters
 
@@ -41,14 +44,10 @@ type settler struct {
 
 func (s *settler) delivered(b *batch) {
 	s.stats.batches.Add(1)
-	s.events(b.events, nil)
-	recycle(b)
+	s.batch(b, nil)
 }
 
-func (s *settler) failed(b *batch, err error) {
-	s.events(b.events, err)
-	recycle(b)
-}
+func (s *settler) failed(b *batch, err error) { s.batch(b, err) }
 
 // handBack returns a batch at shutdown (R38): waiting, assembled, or
 // cancelled in flight (then cause is the cancellation, R40).
@@ -57,14 +56,24 @@ func (s *settler) handBack(b *batch, cause error) {
 	if cause != nil {
 		last = cause
 	}
-	s.events(b.events, s.handBackError(last, b.attempts))
+	s.batch(b, s.handBackError(last, b.attempts))
+}
+
+// batch settles b's events with err. A piece of a batch being isolated
+// after a 400 (R66) logs no failure of its own: the isolation says in one
+// line what its pieces came to, once the last has its outcome (R51).
+func (s *settler) batch(b *batch, err error) {
+	iso, n := b.isolation, len(b.events)
+	s.settle(b.events, err, iso == nil)
+	if iso != nil && iso.settled(n, err, errors.Is(err, ErrShutdownInterrupted)) {
+		iso.report(s.log)
+	}
 	recycle(b)
 }
 
-// handBackError is the error every handed-back event gets (R38): in durable
-// mode the event stays on disk for the next start (Kept).
+// handBackError is the error every handed-back event gets (R38).
 func (s *settler) handBackError(last error, attempts int) *DeliveryError {
-	return &DeliveryError{Reason: ErrShutdownInterrupted, Last: last, Attempts: attempts, Kept: s.disk != nil}
+	return &DeliveryError{Reason: ErrShutdownInterrupted, Last: last, Attempts: attempts}
 }
 
 // rateLimitExceeded fails batches whose rate-limit episode ran out (R35).
@@ -78,39 +87,45 @@ func (s *settler) rateLimitExceeded(bs []*batch) {
 	}
 }
 
-// events settles evs with err (nil: delivered). Counters move before the
-// callback runs, so Close can count hand-backs whose callbacks are slow. In
-// durable mode delivered and failed events are acknowledged on disk before
-// the ledger is discharged; handed-back events stay on disk.
-func (s *settler) events(evs []event, err error) {
+// events settles evs with err (nil: delivered).
+func (s *settler) events(evs []event, err error) { s.settle(evs, err, true) }
+
+// settle settles evs with err (nil: delivered), with a log line for a
+// failure when logFailure is set; a hand-back is not logged here: Close
+// logs one line for all of them (R51). Counters move before the callback
+// runs, so Close can count hand-backs whose callbacks are slow.
+//
+// In durable mode delivered and failed events are acknowledged on disk
+// after their callback and before the ledger is discharged: a crash
+// between the two repeats the callback at the next start, never loses it.
+// Handed-back events stay on disk, and while keep holds they get no
+// callback: they are not undelivered, the next client sends them and
+// theirs is the callback (docs/delivery.md §7).
+func (s *settler) settle(evs []event, err error, logFailure bool) {
 	n := int64(len(evs))
 	handedBack := errors.Is(err, ErrShutdownInterrupted)
-	if s.disk != nil && !handedBack {
-		s.disk.ack(evs)
-	}
 	switch {
 	case err == nil:
 		s.stats.delivered.Add(n)
 		if s.onSuccess != nil {
 			s.callback(&s.inSuccess, n, func() { s.onSuccess(s.messages(evs)) })
 		}
+	case handedBack:
+		s.stats.handedBack.Add(n)
+		if s.onError != nil && !s.keep.Load() {
+			s.callback(&s.inError, n, func() { s.onError(err, s.messages(evs)) })
+		}
 	default:
-		if handedBack {
-			// Not a delivery failure (R38, R51): a warning, and only
-			// information when the events wait on disk for the next start.
-			s.stats.handedBack.Add(n)
-			level := zapcore.WarnLevel
-			if s.disk != nil {
-				level = zapcore.InfoLevel
-			}
-			s.log.Log(level, "events handed back at shutdown", zap.Int64("events", n), zap.Bool("kept", s.disk != nil), zap.Error(err))
-		} else {
-			s.stats.failed.Add(n)
+		s.stats.failed.Add(n)
+		if logFailure {
 			s.log.Error("events not delivered", zap.Int64("events", n), zap.Error(err))
 		}
 		if s.onError != nil {
 			s.callback(&s.inError, n, func() { s.onError(err, s.messages(evs)) })
 		}
+	}
+	if s.disk != nil && !handedBack {
+		s.disk.ack(evs)
 	}
 	s.ledger.discharge(evs)
 	releaseEvents(evs)
@@ -118,15 +133,11 @@ func (s *settler) events(evs []event, err error) {
 
 // callback runs a user callback reporting n events, counted in running
 // while it runs; a panic is logged, not propagated, so a consumer survives
-// it.
+// it (guard.go).
 func (s *settler) callback(running *atomic.Int64, n int64, f func()) {
 	running.Add(n)
-	defer func() {
-		running.Add(-n)
-		if r := recover(); r != nil {
-			s.log.Error("analytics callback panicked", zap.Any("panic", r))
-		}
-	}()
+	defer running.Add(-n)
+	defer contain(s.log, userCallback, nil)
 	f()
 }
 
@@ -238,7 +249,7 @@ func (s *settler) reportDrops(final bool) {
 type Stats struct {
 	Delivered         int64 // events answered 2xx
 	Failed            int64 // events reported to OnError as failed
-	HandedBack        int64 // events handed back at shutdown (ErrShutdownInterrupted)
+	HandedBack        int64 // events handed back at shutdown (ErrShutdownInterrupted); in durable mode kept on disk, without a callback
 	RejectedQueueFull int64 // enqueue calls rejected with ErrQueueFull
 	Pending           int64 // accepted events without a disposition yet
 	Batches           int64 // batches delivered
@@ -262,19 +273,26 @@ type Stats struct {
 	RejectedDisk     int64 // enqueue calls rejected with a *DiskError (durable mode)
 
 	// Durable mode only (WithDiskBuffer), found at New:
-	Replayed    int64 // events an earlier client left in the disk buffer, sent first (less records found not to be events, or unreadable, when read back: those are in DiskCorrupt)
+	Replayed    int64 // events an earlier client left in the disk buffer, sent first (less records found not to be events when read back: those are in DiskCorrupt)
 	DiskTorn    int64 // torn records (a write cut short by a crash) skipped at New
-	DiskCorrupt int64 // corrupt regions before valid records skipped at New, and replayed records that were not events or could no longer be read
+	DiskCorrupt int64 // corrupt regions before valid records skipped at New, and replayed records that were not events
 	DiskMissing int64 // segments lost from the directory (a gap in their numbers, or no valid header), found at New
 	DiskSkipped int64 // directory entries named like disk buffer files that are not regular files, ignored at New
 
 	// Durable mode: the disk as the buffer (QueueCapacity bounds memory,
 	// WithDiskLimit what is accepted; see WithDiskBuffer).
 	Spilled int64 // events accepted while memory was full (or events were already on disk only), written to the disk buffer only and read back later
+	// DiskLost: accepted or replayed events whose records were found gone
+	// from disk before they could be read back (their segment file
+	// removed, replaced, cut short or overwritten by another process),
+	// at any time, Close included. They are counted in Failed too and get
+	// no callback (no message can be rebuilt from them); an error log
+	// line names how many.
+	DiskLost int64
 	// OnDisk is not cumulative: the accepted and replayed events that are
 	// on disk only now, waiting to be read back into memory. After Close
-	// it is the number Close left there without reading them back: kept
-	// for the next client, counted in HandedBack, and given no callback.
+	// it is the number Close kept there for the next client (in memory or
+	// on disk only before), counted in HandedBack and given no callback.
 	OnDisk int64
 	// DiskBytes is not cumulative either: what the disk buffer's files take
 	// now (the active segment at its preallocated size), which
@@ -345,7 +363,7 @@ func (c *Client) Stats() Stats {
 			st.DiskBytes = d.log.Size()
 		}
 		ds := d.log.Stats()
-		st.DiskTorn, st.DiskCorrupt = int64(ds.Torn), int64(ds.Corrupt)+d.skipped.Load()+d.lost.Load()
+		st.DiskTorn, st.DiskCorrupt, st.DiskLost = int64(ds.Torn), int64(ds.Corrupt)+d.skipped.Load(), d.lost.Load()
 		st.DiskMissing, st.DiskSkipped = int64(ds.Missing), int64(ds.Skipped)
 	}
 	return st

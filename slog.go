@@ -16,7 +16,8 @@ import (
 // not use, to Error); fields become attributes, an error as the "error"
 // attribute with its text. l's handler decides what is kept (its
 // Enabled method is asked first) and is called on the client's
-// goroutines, so it must be safe for concurrent use, as slog handlers are.
+// goroutines, so it must be safe for concurrent use, as slog handlers are;
+// a handler that panics loses that line, and the client goes on.
 // The client never logs the write key or event payloads. WithSlog and
 // WithLogger replace each other: the later option wins. A nil logger fails
 // New with a *ConfigError.

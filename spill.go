@@ -234,10 +234,6 @@ func (d *durable) loadSome(q *queue) bool {
 		d.zlog.Warn("disk buffer: skipped records that are not events", zap.Int("records", len(notEvents)))
 		d.ack(notEvents)
 	}
-	if lost > 0 {
-		d.lost.Add(int64(lost))
-		d.replayed.Add(-int64(lost))
-	}
 	// The records come in log order, which is the order of the runs; the
 	// events that are not queued (not events, lost) were counted in the
 	// ledger too and are discharged. Which of them is where in the order
@@ -249,6 +245,13 @@ func (d *durable) loadSome(q *queue) bool {
 		// (a slow disk): what it read stays there, unacknowledged.
 		d.mu.Unlock()
 		return false
+	}
+	if lost > 0 {
+		// Their records are gone (the reader logged how many): failed,
+		// without a callback, as no message can be rebuilt from them.
+		lost = int(min(int64(lost), d.onDisk-int64(len(recs))))
+		d.lost.Add(int64(lost))
+		d.settle.stats.failed.Add(int64(lost))
 	}
 	i := int64(0)
 	d.takeRunsLocked(int64(len(recs)+lost), func(epoch uint64, k int64) {
@@ -269,6 +272,7 @@ func (d *durable) loadSome(q *queue) bool {
 		k := d.onDisk
 		d.takeRunsLocked(k, func(epoch uint64, k int64) { gone = append(gone, epochRun{epoch, k}) })
 		d.zlog.Error("disk buffer: events could not be read back from disk; they are lost", zap.Int64("events", k))
+		d.lost.Add(k)
 		d.settle.stats.failed.Add(k)
 	}
 	d.mu.Unlock()
@@ -289,21 +293,32 @@ func (d *durable) loadSome(q *queue) bool {
 // error) and in Stats.OnDisk. It returns their number.
 func (d *durable) stopReader() int64 {
 	close(d.readStop)
+	stopped := false
 	select {
 	case <-d.readDone:
+		stopped = true
 	case <-time.After(readerStopWait):
 		// A read stalled by the file system: Close does not wait for it;
 		// the reader hands nothing over once readerDone is set.
 	}
+	var gone []epochRun
 	d.mu.Lock()
+	if stopped && d.onDisk > 0 {
+		// Only what is really on disk is kept: the events whose segment
+		// file was removed, replaced or cut short meanwhile are lost.
+		if lost := min(int64(d.log.Reader().Unreadable()), d.onDisk); lost > 0 {
+			d.takeRunsLocked(lost, func(epoch uint64, k int64) { gone = append(gone, epochRun{epoch, k}) })
+			d.lost.Add(lost)
+			d.settle.stats.failed.Add(lost)
+		}
+	}
 	n, runs := d.onDisk, d.runs
 	d.runs, d.onDisk, d.spilling, d.readerDone = nil, 0, false, true
 	d.mu.Unlock()
+	d.q.dischargeRuns(gone)
 	d.onDiskNow.Store(n) // what Close left on disk
 	if n > 0 {
-		d.settle.stats.handedBack.Add(n)
-		d.zlog.Info("events kept in the disk buffer without being read back; they get no callback",
-			zap.Int64("events", n), zap.String("dir", d.dir))
+		d.settle.stats.handedBack.Add(n) // Close logs one line for every hand-back
 		d.q.dischargeRuns(runs)
 	}
 	return n

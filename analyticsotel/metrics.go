@@ -38,6 +38,7 @@
 //	analytics.disk.corrupt         counter         {region}  corrupt regions skipped, and replayed records that were not events
 //	analytics.disk.missing         counter         {segment} segments found lost when the disk buffer was opened
 //	analytics.disk.skipped         counter         {file}    entries named like buffer files that are not regular files
+//	analytics.disk.lost            counter         {event}   events whose records another process cut, removed or replaced
 //	analytics.request.duration     histogram       s         duration of each HTTP attempt
 //	analytics.batch.size           histogram       {event}   events per HTTP attempt
 //	analytics.request.body.size    histogram       By        request body size per attempt, as sent
@@ -130,8 +131,9 @@ var statInstruments = []statInstrument{
 	{"OnDisk", "analytics.disk.events", "{event}", "Events on disk only now, waiting to be read back into memory (durable mode).", upDown, "", func(s analytics.Stats) int64 { return s.OnDisk }},
 	{"DiskBytes", "analytics.disk.usage", "By", "Size of the disk buffer's files now (durable mode).", upDown, "", func(s analytics.Stats) int64 { return s.DiskBytes }},
 	{"DiskTorn", "analytics.disk.torn", "{record}", "Torn records (a write cut short by a crash) skipped when the disk buffer was opened.", counter, "", func(s analytics.Stats) int64 { return s.DiskTorn }},
-	{"DiskCorrupt", "analytics.disk.corrupt", "{region}", "Corrupt regions of the disk buffer skipped, and replayed records that could not be read as events.", counter, "", func(s analytics.Stats) int64 { return s.DiskCorrupt }},
+	{"DiskCorrupt", "analytics.disk.corrupt", "{region}", "Corrupt regions of the disk buffer skipped, and replayed records that were not events.", counter, "", func(s analytics.Stats) int64 { return s.DiskCorrupt }},
 	{"DiskMissing", "analytics.disk.missing", "{segment}", "Segments of the disk buffer found lost when it was opened.", counter, "", func(s analytics.Stats) int64 { return s.DiskMissing }},
+	{"DiskLost", "analytics.disk.lost", "{event}", "Events whose records were found gone from the disk buffer (cut, removed or replaced by another process) before they could be read back; failed without a callback.", counter, "", func(s analytics.Stats) int64 { return s.DiskLost }},
 	{"DiskSkipped", "analytics.disk.skipped", "{file}", "Directory entries named like disk buffer files that are not regular files, ignored when it was opened.", counter, "", func(s analytics.Stats) int64 { return s.DiskSkipped }},
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -427,9 +428,26 @@ func callbackError(err error) error {
 	return err
 }
 
+// recoverCallback, deferred by succeed and fail, logs a panic of the
+// Callback once at ERROR, with its value and stack, and ends it there.
 func (c *client) recoverCallback(method string) {
 	if r := recover(); r != nil {
-		c.log.Error("analytics: Callback."+method+" panicked", zap.Any("panic", r))
+		c.log.Error("analytics: Callback."+method+" panicked", zap.String("panic", fmt.Sprint(r)), zap.ByteString("stack", debug.Stack()))
+	}
+}
+
+// retryDelay wraps Config.RetryAfter, which the engine calls on its
+// consumer goroutines: a panic of f is logged once at ERROR, with its value
+// and stack, and that retry waits v3's default backoff instead.
+func (c *client) retryDelay(f func(int) time.Duration) func(int) time.Duration {
+	return func(k int) (d time.Duration) {
+		defer func() {
+			if r := recover(); r != nil {
+				c.log.Error("analytics: Config.RetryAfter panicked", zap.String("panic", fmt.Sprint(r)), zap.ByteString("stack", debug.Stack()))
+				d = v3RetryAfter(k)
+			}
+		}()
+		return f(k)
 	}
 }
 

@@ -54,7 +54,10 @@ type Config struct {
 
 	// Transport makes the HTTP requests (default: the engine's own
 	// transport, a clone of http.DefaultTransport). Each attempt is bounded
-	// by 10 s, as in v3.
+	// by 10 s, as in v3. A Transport that panics or returns a nil response
+	// fails that attempt, which is retried; a body that is nil, has a nil
+	// reader or panics leaves the status to decide. Nothing of it crashes
+	// the program; each panic is logged at ERROR with its stack.
 	Transport http.RoundTripper
 
 	// Logger receives the client's log lines. The default (nil) is silent,
@@ -98,7 +101,9 @@ type Config struct {
 	// NativeOptions to change that), a usable Retry-After from the server
 	// is waited instead and counts as no retry (v3 ignored it; see the
 	// migration guide for how that changes the time to Failure), and
-	// responses that cannot succeed (most 4xx) are not retried.
+	// responses that cannot succeed (most 4xx) are not retried. A
+	// RetryAfter that panics is logged at ERROR with its stack, and that
+	// retry waits v3's default instead.
 	RetryAfter func(int) time.Duration
 
 	// DrainOnClose makes Close deliver the way the engine does: it retries
@@ -202,7 +207,7 @@ func (c Config) options(cl *client, batchFields []byte) []native.Option {
 		ErrorName:        "Callback.Failure",
 	}
 	if c.RetryAfter != nil {
-		compat.RetryDelay = c.RetryAfter
+		compat.RetryDelay = cl.retryDelay(c.RetryAfter)
 	}
 	opts := []native.Option{
 		native.WithLogger(cl.log),

@@ -17,7 +17,8 @@ import (
 // payloads.
 //
 // Implementations must be safe for concurrent use: the client logs from
-// several goroutines.
+// several goroutines. A Logger that panics loses that line; the client goes
+// on.
 type Logger interface {
 	// Logf receives informational lines, and with Config.Verbose debug
 	// lines too.
@@ -88,7 +89,11 @@ func (c *logCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.Chec
 	return ce
 }
 
+// Write formats the entry and passes it to the Logger. A Logger that
+// panics loses that line and nothing else: the panic ends here, so the
+// goroutine that logged (a consumer, or a Callback's recovery) goes on.
 func (c *logCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
+	defer func() { _ = recover() }()
 	enc := zapcore.NewMapObjectEncoder()
 	for _, f := range c.fields {
 		f.AddTo(enc)

@@ -125,6 +125,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 	}
 
+	if p.durable {
+		rec.kept(client.Stats().OnDisk) // after Close: the events it kept on disk, without a callback
+	}
 	out, notes := rec.report()
 	notes = append(notes, accounting(client, len(rec.events)-out.Rejected)...)
 	out.Flushes = flushes

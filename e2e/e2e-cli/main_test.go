@@ -696,6 +696,11 @@ func TestDiskBufferDir(t *testing.T) {
 	if res.out.Success || res.out.HandedBack != 3 || !strings.Contains(res.out.CloseError, "kept in the disk buffer") {
 		t.Fatalf("first run: %s", res.line)
 	}
+	for _, e := range res.out.Events { // kept on disk: handed back without a callback
+		if e.Outcome != outcomeHandedBack || e.Callbacks != 0 {
+			t.Errorf("first run, event %+v: want handed back, no callback", e)
+		}
+	}
 
 	up := newServer(t)
 	noSequences := func(cfg map[string]any) string {

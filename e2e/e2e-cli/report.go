@@ -84,6 +84,7 @@ type recorder struct {
 	stray       int    // callback messages that match no input event
 	durable     bool   // diskBufferDir: stray messages are events replayed from an earlier run
 	replayed    replayedOutput
+	keptOnDisk  int64 // durable mode: events Close kept in the disk buffer, which get no callback (Stats.OnDisk)
 }
 
 func newRecorder() *recorder {
@@ -99,6 +100,15 @@ func (r *recorder) add(id, inputID string) int {
 	r.events = append(r.events, &eventState{id: id, inputID: inputID})
 	r.byID[id] = append(r.byID[id], i)
 	return i
+}
+
+// kept records how many events Close kept in the disk buffer (durable
+// mode): they get no callback, so report counts the input events without
+// one as handed back, up to n, and the rest as replayed events kept again.
+func (r *recorder) kept(n int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.keptOnDisk = n
 }
 
 // reject records the enqueue error of event i. A rejected event gets no
@@ -313,6 +323,13 @@ func (r *recorder) report() (output, []string) {
 			out.Rejected++
 			e.MessageID = ev.inputID // the CLI's id was never sent
 			e.Outcome, e.Kind, e.Error = outcomeRejected, kind(ev.rejectErr), ev.rejectErr.Error()
+		case ev.callbacks == 0 && r.keptOnDisk > 0:
+			// Kept in the disk buffer for the next run: handed back, without
+			// a callback (the next run's callback is its outcome).
+			r.keptOnDisk--
+			out.HandedBack++
+			e.Outcome, e.Kind = outcomeHandedBack, "shutdown-interrupted"
+			e.Error = "kept in the disk buffer for the next run"
 		case ev.callbacks == 0:
 			missing++
 			e.Outcome = outcomeNone
@@ -353,6 +370,8 @@ func (r *recorder) report() (output, []string) {
 
 	if r.durable {
 		rep := r.replayed
+		rep.HandedBack += int(r.keptOnDisk) // replayed events kept again
+		r.keptOnDisk = 0
 		out.Replayed = &rep
 	}
 	switch {

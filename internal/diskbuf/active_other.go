@@ -2,4 +2,6 @@
 
 package diskbuf
 
-func openActive(path string, _ int64, _ bool) (active, error) { return openFileActive(path) }
+func openActive(path string, _ int64, _ bool, header []byte) (active, error) {
+	return openFileActive(path, header)
+}

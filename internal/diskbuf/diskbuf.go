@@ -12,7 +12,9 @@
 // unsigned varints), deletion markers (kind 3: (first, count) ranges of
 // segment numbers deleted on purpose) and a floor (kind 4: the oldest
 // segment number still in use and the next to be created), written by
-// compaction. An event is named by its segment and the byte offset of its
+// compaction, and counts (kind 5: (segment, events) pairs, written when a
+// segment is sealed, so a segment that goes missing is reported with the
+// number of events it took). An event is named by its segment and the byte offset of its
 // record.
 //
 // Appends go to the active (newest) segment. Acknowledgements go to the
@@ -57,6 +59,7 @@ const (
 	kindAck        = 2
 	kindGone       = 3
 	kindFloor      = 4
+	kindCount      = 5
 	// FormatVersion is the version in every file header this package
 	// writes. Open refuses a directory with a file of another version.
 	FormatVersion = 1
@@ -66,7 +69,8 @@ const (
 	segSuffix = ".seg"
 	ackSuffix = ".ack"
 	tmpSuffix = ".tmp"
-	// LockName is the lock file in the directory.
+	// LockName is the lock file in the directory where the directory
+	// itself cannot be locked (Windows, systems without flock).
 	LockName = "lock"
 	segMagic = "RKSG"
 	ackMagic = "RKAK"
@@ -79,6 +83,9 @@ const (
 	// last one, so its work is proportional to the acknowledgements
 	// written.
 	minCompact = 64 << 10
+	// retryReclaim is how soon a reclaim pass that could not delete a
+	// segment (or write its deletion marker) runs again.
+	retryReclaim = time.Second
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -126,6 +133,13 @@ type Segment struct {
 	// then read by the Reader only.
 	old    bool
 	replay []uint32
+	// count: event records this Log appended to it; damaged: its file was
+	// found shorter than what was written (someone else cut it). Both
+	// guarded by Log.mu.
+	count   int
+	damaged bool
+	// undeletable: its deletion failed (logged once); reclaimer only.
+	undeletable bool
 }
 
 // Replayed is an event read back from the log: found by Open without an
@@ -177,10 +191,13 @@ type Log struct {
 	ackFiles   []uint64
 	ackDirty   atomic.Bool
 	ackBuf     []byte
+	ackPending [][]byte     // ack records whose write failed (sealed), written before the next; guarded by ackMu
+	pendingN   int          // their bytes
 	ackWritten atomic.Int64 // bytes of ack records written by this Log
 	ackBytes   atomic.Int64 // bytes of every ack file
 	compactAt  atomic.Int64 // compaction starts once ackBytes exceeds this
-	unmarked   []gap        // segments to mark as deleted (missing at Open, or deleted without a marker); reclaimer only
+	unmarked   []gap        // segments missing at Open, to mark as deleted; reclaimer only
+	retry      bool         // a reclaim pass left segments it could not delete or mark; reclaimer only
 
 	freed chan struct{} // closed (and replaced) when reclaim deletes segments; guarded by mu
 
@@ -241,8 +258,14 @@ func OpenLog(dir string, opts Options) (*Log, int, error) {
 	if err := checkPrivate(dir, fi); err != nil {
 		return nil, 0, err
 	}
-	lock, err := lockDir(filepath.Join(dir, LockName))
+	// Nothing in dir is read or written before the lock is held: a
+	// refused client touches no file of the holder's.
+	lock, fi, err := lockDir(dir)
 	if err != nil {
+		return nil, 0, err
+	}
+	if err := checkPrivate(dir, fi); err != nil { // replaced since the first check
+		lock.Close()
 		return nil, 0, err
 	}
 	l := &Log{
@@ -334,6 +357,7 @@ func readRegular(path string) ([]byte, error) {
 
 var (
 	errNotRegular = errors.New("not a regular file")
+	errDamaged    = errors.New("diskbuf: segment file was cut short, removed or replaced by another process")
 	errNoAckFile  = errors.New("diskbuf: no ack file (it could not be created)")
 )
 
@@ -388,6 +412,7 @@ func (l *Log) load() (int, error) {
 
 	// The ack files: acknowledged offsets per segment, deletion markers.
 	acked := map[uint64][]uint32{}
+	counts := map[uint64]uint64{}
 	var gone []gap
 	var floor uint64 = 1
 	for _, seq := range ackSeqs {
@@ -437,16 +462,49 @@ func (l *Log) load() (int, error) {
 						maxSeq = max(maxSeq, next-1)
 					}
 				})
+			case kindCount:
+				forEachPair(p, func(sq, n uint64) { counts[sq] = n })
 			}
 		})
 	}
 	l.nextSeq = maxSeq + 1
+	// lostIn is what the segments [first, first+n) held without an
+	// acknowledgement, as far as count records tell (known false when a
+	// segment of them has none).
+	lostIn := func(first, n uint64) (events uint64, known bool) {
+		known = true
+		if n > uint64(len(counts)) { // a wide range: only counted segments can be known
+			known = false
+		}
+		for seq, c := range counts {
+			if seq >= first && seq-first < n {
+				events += c - min(c, uint64(len(acked[seq])))
+			}
+		}
+		if known {
+			for seq := first; seq-first < n; seq++ {
+				if _, ok := counts[seq]; !ok {
+					known = false
+					break
+				}
+			}
+		}
+		return events, known
+	}
+	lostText := func(first, n uint64) string {
+		if events, known := lostIn(first, n); known {
+			return fmt.Sprintf("%d event(s) without an outcome lost", events)
+		} else if events > 0 {
+			return fmt.Sprintf("their events are lost (%d counted; a segment not sealed before a crash is not)", events)
+		}
+		return "their events are lost (how many is not known: not sealed before a crash)"
+	}
 	gone = mergeGaps(gone)
 
 	// The segments, one at a time: only the offsets of the events to
 	// replay are kept.
 	events := 0
-	for i, seq := range segSeqs {
+	for _, seq := range segSeqs {
 		s := &Segment{seq: seq, path: l.segPath(seq), sealed: true, old: true}
 		data, err := readRegular(s.path)
 		if errors.Is(err, errNotRegular) { // replaced since ReadDir
@@ -466,16 +524,17 @@ func (l *Log) load() (int, error) {
 			end--
 		}
 		if !ok {
-			// Deleted (with a marker) like an empty segment. The newest
-			// may be one a crash cut short before its header was stored.
+			// Deleted (with a marker) like an empty segment. A segment
+			// appears under its name with its header in it (see
+			// createSegment), so a crash cannot leave one without: it was
+			// emptied or overwritten, even the newest.
 			switch {
-			case end == 0 && i == len(segSeqs)-1:
 			case len(data) >= fileHeaderSize && string(data[:4]) == segMagic:
 				l.stats.Corrupt++
 				l.logf("diskbuf: skipped %s: its header names another segment", filepath.Base(s.path))
 			default:
 				l.stats.Missing++
-				l.errorf("diskbuf: segment %s has no valid header (emptied or overwritten): its events are lost", filepath.Base(s.path))
+				l.errorf("diskbuf: segment %s has no valid header (emptied or overwritten): %s", filepath.Base(s.path), lostText(seq, 1))
 			}
 			s.size = int64(len(data))
 			l.segs = append(l.segs, s)
@@ -520,6 +579,15 @@ func (l *Log) load() (int, error) {
 	}
 	slices.Sort(present)
 	present = slices.Compact(present)
+	if len(l.ackFiles) == 0 && len(present) > 0 {
+		// A log writes an ack file before its first segment: none beside
+		// segments means they were deleted. Every event still in a
+		// segment is sent again (the API deduplicates by messageId), and
+		// a gap in the numbers may be segments deleted on purpose, whose
+		// markers went with the ack files: not reported as lost.
+		l.logf("diskbuf: no ack file beside %d segment(s) (deleted?): every event in them is sent again, and gaps between them are not reported as lost", len(present))
+		return events, nil
+	}
 	prev := floor - 1
 	for _, seq := range present {
 		if seq <= prev {
@@ -528,7 +596,7 @@ func (l *Log) load() (int, error) {
 		if seq > prev+1 {
 			for _, g := range uncovered(gone, prev+1, seq-prev-1) {
 				l.stats.Missing += int(min(g.count, 1<<30))
-				l.errorf("diskbuf: %d segment(s) from number %d missing from the directory: their events are lost", g.count, g.first)
+				l.errorf("diskbuf: %d segment(s) from number %d missing from the directory: %s", g.count, g.first, lostText(g.first, g.count))
 				l.unmarked = append(l.unmarked, g)
 			}
 		}
@@ -596,7 +664,7 @@ func (l *Log) skipped(path string) func(off, n int, torn bool) {
 
 var (
 	segKinds = []byte{kindEvent}
-	ackKinds = []byte{kindAck, kindGone, kindFloor}
+	ackKinds = []byte{kindAck, kindGone, kindFloor, kindCount}
 )
 
 // scanRecords calls f for every valid record of data from start, and bad
@@ -687,10 +755,16 @@ type active interface {
 	// and the header last, so a record cut short has no valid header.
 	write(off int64, rec []byte) error
 	sync() error
-	// seal makes the file used bytes long and closes it.
+	// seal makes the file used bytes long and closes it; a file someone
+	// else shrank is closed as it is, with an error matching errDamaged.
 	seal(used int64) error
 	// preallocated reports whether the file takes its full size on disk.
 	preallocated() bool
+	// check returns an error matching errDamaged when the file is shorter
+	// than it must be (used bytes written; a preallocated file's full
+	// size) or no longer has its name: someone else cut, removed or
+	// replaced it.
+	check(used int64) error
 	// abandon closes the file as it is, neither cut nor synced (what a
 	// crash leaves; tests use it).
 	abandon()
@@ -716,6 +790,19 @@ func (l *Log) markGoneLocked() {
 	_ = l.sealActiveLocked()
 }
 
+// shrunkLocked reports, once, that s was cut short, removed or replaced
+// by someone else; the events on disk only in it that are gone are
+// counted as lost by the Reader when it gets there. l.mu is held.
+func (l *Log) shrunkLocked(s *Segment, err error) {
+	if s.damaged {
+		return
+	}
+	s.damaged = true
+	if l.broken == nil { // the whole directory gone is reported once, by markGoneLocked
+		l.errorf("%v; appends go to a new segment", err)
+	}
+}
+
 // rotate seals the active segment and starts a new one; l.mu is held (or
 // the log is not shared yet). With limit, the new segment must fit under
 // MaxBytes (what every file takes, the ack files included).
@@ -735,16 +822,10 @@ func (l *Log) rotate(limit bool) error {
 		seq := l.nextSeq
 		s := &Segment{seq: seq, path: l.segPath(seq), size: fileHeaderSize}
 		var a active
-		a, err = openActive(s.path, l.opts.SegmentBytes, l.opts.NoMmap)
+		a, err = openActive(s.path, l.opts.SegmentBytes, l.opts.NoMmap, fileHeader(segMagic, seq))
 		if errors.Is(err, os.ErrExist) {
 			l.nextSeq++ // something else has that name: never ours
 			continue
-		}
-		if err == nil {
-			if err = a.write(0, fileHeader(segMagic, seq)); err != nil {
-				_ = a.seal(0)
-				_ = os.Remove(s.path)
-			}
 		}
 		if err != nil {
 			break
@@ -773,6 +854,20 @@ func (l *Log) sealActiveLocked() error {
 	s := l.segs[len(l.segs)-1]
 	s.sealed = true
 	err := l.act.seal(s.size)
+	if errors.Is(err, errDamaged) {
+		l.shrunkLocked(s, err)
+	}
+	if s.count > 0 {
+		// How many events it took, for a later Open that finds it gone;
+		// best effort (a full disk: reported without the number).
+		l.ackMu.Lock()
+		b := append(l.ackBufLocked(), kindCount)
+		b = binary.AppendUvarint(b, s.seq)
+		b = binary.AppendUvarint(b, uint64(s.count))
+		_ = l.writeAckLocked(b)
+		l.ackBuf = b[:0]
+		l.ackMu.Unlock()
+	}
 	l.act = nil
 	l.actBytes = 0
 	l.unsynced = append(l.unsynced, s.path)
@@ -837,6 +932,9 @@ func (l *Log) writeLocked(b []byte) (*Segment, uint32, error) {
 	s := l.segs[len(l.segs)-1]
 	off := s.size
 	if err := l.act.write(off, b); err != nil {
+		if errors.Is(err, errDamaged) {
+			l.shrunkLocked(s, err)
+		}
 		// Nothing after a failed write goes to this segment.
 		if serr := l.sealActiveLocked(); serr != nil {
 			err = errors.Join(err, serr)
@@ -844,6 +942,7 @@ func (l *Log) writeLocked(b []byte) (*Segment, uint32, error) {
 		return nil, 0, err
 	}
 	s.size += int64(len(b))
+	s.count++
 	l.written += int64(len(b))
 	l.dirty.Store(true)
 	return s, uint32(off), nil
@@ -898,13 +997,51 @@ func (l *Log) writeAckLocked(b []byte) error {
 	return nil
 }
 
+// maxPending bounds the bytes of ack records kept for a later write when
+// writing them failed; past it, records are dropped (their events may be
+// sent again by a later client, which the failed Ack's error says).
+const maxPending = 16 << 20
+
+// keepPendingLocked keeps a copy of the sealed record b to write later;
+// l.ackMu is held.
+func (l *Log) keepPendingLocked(b []byte) {
+	if l.pendingN+len(b) <= maxPending {
+		l.ackPending = append(l.ackPending, slices.Clone(b))
+		l.pendingN += len(b)
+	}
+}
+
+// flushPendingLocked writes the ack records kept after a failed write, in
+// order; l.ackMu is held.
+func (l *Log) flushPendingLocked() error {
+	for len(l.ackPending) > 0 {
+		if err := l.writeAckLocked(l.ackPending[0]); err != nil {
+			return err
+		}
+		l.pendingN -= len(l.ackPending[0])
+		l.ackPending[0] = nil
+		l.ackPending = l.ackPending[1:]
+	}
+	l.ackPending = nil
+	return nil
+}
+
+// hasPending reports ack records waiting for a write.
+func (l *Log) hasPending() bool {
+	l.ackMu.Lock()
+	defer l.ackMu.Unlock()
+	return len(l.ackPending) > 0
+}
+
 // Ack acknowledges n events: at(i) names the i-th. It appends ack records
 // to the ack file (even past MaxBytes) and wakes the reclaimer when a
 // segment may have become deletable; it never deletes, reads or creates a
 // segment itself. A write error is returned; the events count as
-// acknowledged in this process either way (their segments are still
-// deleted once sealed), and a later Open may replay those whose segment
-// was not.
+// acknowledged in this process either way, and the records that could
+// not be written (a read-only or full file system, for a while) are kept
+// and written before the next ones, or by the reclaimer, which tries every
+// second; a later Open may replay those never written whose segment was
+// not deleted.
 func (l *Log) Ack(n int, at func(i int) (*Segment, uint32)) error {
 	if n == 0 {
 		return nil
@@ -921,7 +1058,14 @@ func (l *Log) Ack(n int, at func(i int) (*Segment, uint32)) error {
 			b = binary.AppendUvarint(b, uint64(off))
 		}
 		if err == nil {
+			err = l.flushPendingLocked()
+		}
+		if err == nil {
 			err = l.writeAckLocked(b)
+		}
+		if err != nil {
+			sealRecord(b)
+			l.keepPendingLocked(b)
 		}
 		l.ackBuf = b[:0]
 	}
@@ -987,11 +1131,16 @@ func (l *Log) reclaimer() {
 	defer close(l.done)
 	for {
 		var reply chan struct{}
+		var retry <-chan time.Time
+		if l.retry || l.hasPending() {
+			retry = time.After(retryReclaim)
+		}
 		select {
 		case <-l.quit:
 			return
 		case <-l.wake:
 		case reply = <-l.flush:
+		case <-retry:
 		}
 		l.ackMu.Lock()
 		noAcks := l.ackF == nil
@@ -999,6 +1148,9 @@ func (l *Log) reclaimer() {
 		if noAcks {
 			_ = l.newAckFile() // none since Open (a full disk): tried at every wake
 		}
+		l.ackMu.Lock()
+		_ = l.flushPendingLocked()
+		l.ackMu.Unlock()
 		l.reclaim()
 		if l.ackBytes.Load() > l.compactAt.Load() || len(l.ackFiles) > 2 {
 			l.compact()
@@ -1025,16 +1177,19 @@ func (l *Log) Reclaim() {
 // over the segment list: it writes only to the ack file, so it cannot
 // create a segment or make more work for itself. A deletion marker for
 // the segments goes first, on stable storage, so a later Open tells a
-// deleted segment from a lost one; when the marker cannot be written (a
-// full disk), only the oldest segments are deleted (a gap below every
-// present segment is not reported), and their marker is tried again at
-// the next pass.
+// deleted segment from a lost one. When the marker cannot be written (a
+// full disk), the oldest of them are emptied to their header instead,
+// which gives their space back and leaves a segment holding nothing (a
+// later Open reports no loss); they are deleted once a marker can be
+// written. A segment leaves the list only when its file is gone: one
+// whose deletion fails (a directory made read-only for a while) stays,
+// its acknowledgements with it, and the deletion is tried again.
 func (l *Log) reclaim() {
 	l.mu.Lock()
 	var gone []*Segment
 	prefix := 0 // how many of gone are the oldest segments
 	for i, s := range l.segs {
-		if s.sealed && s.live.Load() == 0 {
+		if s.sealed && s.live.Load() <= 0 {
 			if len(gone) == i {
 				prefix++
 			}
@@ -1047,37 +1202,94 @@ func (l *Log) reclaim() {
 		marks = append(marks, gap{s.seq, 1})
 	}
 	if len(marks) == 0 {
+		l.retry = false
 		return
 	}
 	if err := l.writeMarks(mergeGaps(marks)); err != nil {
-		gone = gone[:prefix]
-		for _, s := range gone {
-			l.unmarked = append(l.unmarked, gap{s.seq, 1})
-		}
-	} else {
-		l.unmarked = nil
-	}
-	if len(gone) == 0 {
+		l.retry = len(gone) > 0
+		l.empty(gone[:prefix])
 		return
 	}
-	del := make(map[*Segment]bool, len(gone))
+	l.unmarked = nil
+	l.retry = false
+	removed := make(map[*Segment]bool, len(gone))
 	for _, s := range gone {
-		del[s] = true
-	}
-	l.mu.Lock()
-	l.segs = slices.DeleteFunc(l.segs, func(s *Segment) bool { return del[s] })
-	l.mu.Unlock()
-	for _, s := range gone {
-		if err := os.Remove(s.path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			l.logf("diskbuf: could not delete %s: %v", filepath.Base(s.path), err)
+		if err := removeSegment(s.path); err != nil {
+			l.retry = true
+			if !s.undeletable {
+				s.undeletable = true // logged once per segment
+				l.logf("diskbuf: could not delete %s (tried again): %v", filepath.Base(s.path), err)
+			}
+			continue
 		}
+		removed[s] = true
+	}
+	if len(removed) == 0 {
+		return
 	}
 	l.mu.Lock()
+	l.segs = slices.DeleteFunc(l.segs, func(s *Segment) bool { return removed[s] })
+	l.signalFreedLocked()
+	l.mu.Unlock()
+}
+
+// removeSegment deletes the segment file path. What is no longer a
+// regular file there is not the log's to delete: it is left (a later Open
+// skips it), and so is the name. Done when nothing of the log's is left.
+func removeSegment(path string) error {
+	fi, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil
+	case err != nil:
+		return err
+	case !fi.Mode().IsRegular():
+		return nil
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// empty cuts the files of segs, which hold nothing live, to their header:
+// ftruncate needs no free block, so this works on a full disk, where no
+// deletion marker can be written. They stay in the list until a marker
+// lets reclaim delete them.
+func (l *Log) empty(segs []*Segment) {
+	done := false
+	for _, s := range segs {
+		l.mu.Lock()
+		size := s.size
+		l.mu.Unlock()
+		if size <= fileHeaderSize {
+			continue // emptied by an earlier pass
+		}
+		f, err := openRegular(s.path, os.O_WRONLY)
+		if err != nil {
+			continue
+		}
+		if err := f.Truncate(fileHeaderSize); err == nil {
+			l.mu.Lock()
+			s.size = fileHeaderSize
+			l.mu.Unlock()
+			done = true
+		}
+		f.Close()
+	}
+	if done {
+		l.mu.Lock()
+		l.signalFreedLocked()
+		l.mu.Unlock()
+	}
+}
+
+// signalFreedLocked wakes the waiters for room; l.mu is held.
+func (l *Log) signalFreedLocked() {
 	if !l.closed {
 		close(l.freed)
 		l.freed = make(chan struct{})
 	}
-	l.mu.Unlock()
 }
 
 // Freed returns a channel closed the next time segments are deleted (room
@@ -1092,6 +1304,9 @@ func (l *Log) Freed() <-chan struct{} {
 func (l *Log) writeMarks(gs []gap) error {
 	l.ackMu.Lock()
 	defer l.ackMu.Unlock()
+	if err := l.flushPendingLocked(); err != nil {
+		return err
+	}
 	for len(gs) > 0 {
 		b := append(l.ackBufLocked(), kindGone)
 		for len(gs) > 0 && len(b) < maxAckBody {
@@ -1141,7 +1356,7 @@ func (l *Log) compact() {
 		out = append(out, 0, 0, 0, 0, 0, 0, 0, 0, kind)
 		return len(out) - headerSize - 1
 	}
-	var gone []gap
+	var gone, counts []gap
 	at := rec(kindAck)
 	var oldBytes int64
 	for _, seq := range old {
@@ -1173,6 +1388,12 @@ func (l *Log) compact() {
 						gone = append(gone, gap{max(first, floor), first + n - max(first, floor)})
 					}
 				})
+			case kindCount:
+				forEachPair(p, func(sq, n uint64) {
+					if present[sq] {
+						counts = append(counts, gap{sq, n})
+					}
+				})
 			}
 		})
 	}
@@ -1185,6 +1406,15 @@ func (l *Log) compact() {
 		at = rec(kindGone)
 		out = binary.AppendUvarint(out, g.first)
 		out = binary.AppendUvarint(out, g.count)
+		sealRecord(out[at:])
+	}
+	for len(counts) > 0 {
+		at = rec(kindCount)
+		for len(counts) > 0 && len(out)-at < maxAckBody {
+			out = binary.AppendUvarint(out, counts[0].first)
+			out = binary.AppendUvarint(out, counts[0].count)
+			counts = counts[1:]
+		}
 		sealRecord(out[at:])
 	}
 	at = rec(kindFloor)
@@ -1246,13 +1476,26 @@ func (l *Log) Sync() error {
 		return nil
 	}
 	a, sealed, newFiles := l.act, l.unsynced, l.newFiles
+	var used int64
+	if a != nil {
+		used = l.segs[len(l.segs)-1].size
+	}
 	l.unsynced, l.newFiles = nil, false
 	l.mu.Unlock()
+	if a != nil && errors.Is(a.check(used), errDamaged) {
+		// Cut short by someone else: given up now, so no store faults
+		// past the cut and no append is lost in its last page.
+		l.mu.Lock()
+		if l.act == a {
+			_ = l.sealActiveLocked()
+		}
+		l.mu.Unlock()
+	}
 	// Outside the mutexes: appends and acks go on during the fsync.
 	var err error
 	for _, path := range sealed {
-		if serr := syncPath(path, os.O_RDWR); serr != nil && !errors.Is(serr, os.ErrNotExist) && err == nil {
-			err = serr // a reclaimed segment needs no sync
+		if serr := syncSegment(path); serr != nil && err == nil {
+			err = serr
 		}
 	}
 	if newFiles {
@@ -1274,6 +1517,25 @@ func (l *Log) Sync() error {
 				err = serr // replaced meanwhile: the old one was synced when it was
 			}
 		}
+	}
+	return err
+}
+
+// syncSegment fsyncs the sealed segment file path. One deleted since
+// (reclaimed, or by someone else) or replaced by what is not a regular
+// file needs no sync: what it held is either delivered or reported lost
+// by the Reader.
+func syncSegment(path string) error {
+	f, err := openRegular(path, os.O_RDWR)
+	if errors.Is(err, os.ErrNotExist) || errors.Is(err, errNotRegular) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
 	return err
 }

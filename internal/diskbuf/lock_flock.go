@@ -9,12 +9,25 @@ import (
 	"syscall"
 )
 
-// lockDir takes an exclusive flock(2) on path. The kernel drops it when the
-// file is closed or the process dies, so a crash never leaves it behind.
-func lockDir(path string) (io.Closer, error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+// lockDir takes an exclusive flock(2) on the directory itself (not on a
+// file in it): no file that a cleanup script could delete carries the lock,
+// so it holds while the holder lives, and a directory removed and made
+// again is another directory (the holder finds its own gone, ErrDirGone).
+// The kernel drops the lock when the descriptor is closed or the process
+// dies, so a crash never leaves it behind. Two Logs of one process on the
+// same directory exclude each other too (a lock per open descriptor).
+func lockDir(dir string) (io.Closer, os.FileInfo, error) {
+	f, err := os.Open(dir)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	fi, err := f.Stat()
+	if err == nil && !fi.IsDir() {
+		err = &os.PathError{Op: "open", Path: dir, Err: syscall.ENOTDIR}
+	}
+	if err != nil {
+		f.Close()
+		return nil, nil, err
 	}
 	for {
 		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
@@ -25,9 +38,9 @@ func lockDir(path string) (io.Closer, error) {
 	if err != nil {
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, ErrLocked
+			return nil, nil, ErrLocked
 		}
-		return nil, &os.PathError{Op: "flock", Path: path, Err: err}
+		return nil, nil, &os.PathError{Op: "flock", Path: dir, Err: err}
 	}
-	return f, nil
+	return f, fi, nil
 }

@@ -7,16 +7,17 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 )
 
-// lockDir creates path+".pid" exclusively and writes the process id into
+// lockFile creates path+".pid" exclusively and writes the process id into
 // it. A file left by a process that died is taken over when that pid no
 // longer runs (signal 0 fails); deleting the file clears a stale lock
 // whose pid was reused.
-func lockDir(path string) (io.Closer, error) {
+func lockFile(path string) (io.Closer, error) {
 	path += ".pid"
 	for try := 0; try < 2; try++ {
 		f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
@@ -46,4 +47,19 @@ func (l pidLock) Close() error {
 		err = rerr
 	}
 	return err
+}
+
+// lockDir locks dir with the file LockName in it (this platform cannot
+// lock a directory itself) and returns the directory's identity.
+func lockDir(dir string) (io.Closer, os.FileInfo, error) {
+	lock, err := lockFile(filepath.Join(dir, LockName))
+	if err != nil {
+		return nil, nil, err
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		lock.Close()
+		return nil, nil, err
+	}
+	return lock, fi, nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 )
 
@@ -19,21 +20,35 @@ import (
 //
 // A segment holding an event not read back yet is never reclaimed: the
 // event has no acknowledgement.
+//
+// A segment that cannot be read back as it was written — cut short,
+// removed, replaced by something that is not a regular file, overwritten
+// (a record of this Log's own with a wrong checksum), or failing with
+// another error maxFails times in a row — is skipped at once: its events
+// not read yet are counted as lost (Next's lost), reported with one
+// Errorf naming their number, and reading goes on with the next segment.
 type Reader struct {
-	l    *Log
-	seq  uint64 // the segment being read (or the first after it that is present)
-	off  int64  // next offset in a segment created since Open
-	ri   int    // next index into an old segment's replay list
-	f    *os.File
-	fseq uint64
-	buf  []byte
-	avg  int // bytes per record read so far, to size reads
+	l     *Log
+	seq   uint64 // the segment being read (or the first after it that is present)
+	off   int64  // next offset in a segment created since Open
+	ri    int    // next index into an old segment's replay list
+	idx   int    // records before off in a segment created since Open (see Seek)
+	fails int    // consecutive failed reads at this position
+	f     *os.File
+	fseq  uint64
+	buf   []byte
+	avg   int // bytes per record read so far, to size reads
 }
 
-// ErrBadRecord is returned by Reader.Next for a record of this Log's own
-// that no longer has a valid checksum (the file was changed by someone
-// else): the rest of its segment is skipped.
+// ErrBadRecord is the cause reported for a record of this Log's own that
+// no longer has a valid checksum (the file was changed by someone else):
+// the rest of its segment is skipped.
 var ErrBadRecord = errors.New("diskbuf: invalid record")
+
+// maxFails is how many reads in a row may fail at one position with an
+// error that may pass (EIO, EACCES, too many open files; Next returns
+// it, the caller retries) before the segment is skipped as unreadable.
+const maxFails = 20
 
 // readChunk is the most the Reader reads from a segment with one pread;
 // a read is sized for the events asked for (at least minChunk), so a
@@ -63,11 +78,27 @@ func (r *Reader) learn(n, bytes int) {
 // found (or at the first segment created since, if there was none).
 func (l *Log) Reader() *Reader { return l.reader }
 
-// Seek makes (s, off) the next event Next returns: an event appended by
-// this Log. The events before it must all have been read back, or not be
-// meant to be.
+// Seek makes (s, off) the next event Next returns: the event this Log
+// appended last (Seek is called right after its Append, before any other).
+// The events before it must all have been read back, or not be meant to
+// be.
 func (r *Reader) Seek(s *Segment, off uint32) {
-	r.seq, r.off, r.ri = s.seq, int64(off), 0
+	r.l.mu.Lock()
+	idx := s.count - 1
+	r.l.mu.Unlock()
+	r.seq, r.off, r.ri, r.idx, r.fails = s.seq, int64(off), 0, idx, 0
+}
+
+// giveUp marks s damaged, seals it if it is the active segment (appends
+// go to a new one) and returns the event records this Log appended to it.
+func (l *Log) giveUp(s *Segment) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.act != nil && l.segs[len(l.segs)-1] == s {
+		_ = l.sealActiveLocked()
+	}
+	s.damaged = true
+	return s.count
 }
 
 // segmentFrom returns the present segment with the smallest number ≥ seq,
@@ -94,11 +125,11 @@ func (l *Log) segmentFrom(seq uint64) (*Segment, int64, bool) {
 // Next returns up to max events (and about maxBytes of them, at least one)
 // from the reader's position, oldest first, and advances past them. It
 // returns fewer, or none, when it reaches the end of what was written. The
-// events' Data are copies of their own. lost counts events that could not
-// be read back although Open found them (the file changed since, or an
-// I/O error cut a segment short): each had its record and is gone; they
-// are skipped (their segment's live count drops, as an acknowledgement
-// would) and the error, if any, is returned with what was read.
+// events' Data are copies of their own. lost counts events that can no
+// longer be read back (see Reader: their segment was damaged): they are
+// skipped at once, as their acknowledgement would (their segment's live
+// count drops), and reading goes on after them. An error that may pass is
+// returned with what was read; the next call tries again.
 func (r *Reader) Next(limit, maxBytes int) (recs []Replayed, lost int, err error) {
 	bytes := 0
 	for len(recs) < limit && bytes < maxBytes {
@@ -107,7 +138,7 @@ func (r *Reader) Next(limit, maxBytes int) (recs []Replayed, lost int, err error
 			break
 		}
 		if s.seq != r.seq { // the one before is gone or done: start this one
-			r.seq, r.off, r.ri = s.seq, fileHeaderSize, 0
+			r.seq, r.off, r.ri, r.idx, r.fails = s.seq, fileHeaderSize, 0, 0, 0
 		}
 		var got []Replayed
 		var n int
@@ -122,18 +153,15 @@ func (r *Reader) Next(limit, maxBytes int) (recs []Replayed, lost int, err error
 		}
 		recs = append(recs, got...)
 		if err != nil {
-			switch {
-			case s.old:
-				// What is left of its list cannot be read: lost.
-				lost += r.dropOld(s)
-				r.next()
-			case errors.Is(err, ErrBadRecord):
-				r.next() // where the next record starts is unknown
-			default:
-				r.closeFile() // an I/O error: tried again at the next call
+			r.closeFile()
+			if r.fails++; !permanent(err) && r.fails < maxFails {
+				return recs, lost, err // tried again at the next call
 			}
-			return recs, lost, err
+			lost += r.skip(s, err)
+			err = nil
+			continue
 		}
+		r.fails = 0
 		if len(got) == 0 && n == 0 {
 			// Nothing more in this segment: move on if it is complete.
 			if !s.old && !sealed {
@@ -147,8 +175,34 @@ func (r *Reader) Next(limit, maxBytes int) (recs []Replayed, lost int, err error
 
 // next moves to the following segment.
 func (r *Reader) next() {
-	r.seq, r.off, r.ri = r.seq+1, fileHeaderSize, 0
+	r.seq, r.off, r.ri, r.idx, r.fails = r.seq+1, fileHeaderSize, 0, 0, 0
 	r.closeFile()
+}
+
+// permanent reports a read error that says the segment is damaged: it
+// will not pass.
+func permanent(err error) bool {
+	return errors.Is(err, os.ErrNotExist) || errors.Is(err, errNotRegular) ||
+		errors.Is(err, errDamaged) || errors.Is(err, ErrBadRecord)
+}
+
+// skip gives up the rest of s: its events not read yet are lost (their
+// number is returned and reported once), and the reader moves on.
+func (r *Reader) skip(s *Segment, cause error) int {
+	var n int
+	if s.old {
+		n = len(s.replay) - r.ri
+		s.replay = nil
+	} else {
+		n = r.l.giveUp(s) - r.idx
+	}
+	n = max(n, 0)
+	if n > 0 {
+		r.lose(s, n)
+	}
+	r.l.errorf("diskbuf: skipped the rest of %s, which can no longer be read back (%v): %d event(s) in it lost", filepath.Base(s.path), cause, n)
+	r.next()
+	return n
 }
 
 func (r *Reader) closeFile() {
@@ -180,7 +234,7 @@ func (r *Reader) file(s *Segment) (*os.File, error) {
 }
 
 // read fills r.buf with up to n bytes of s from off; it returns the bytes
-// read (fewer at the end of the file).
+// read (fewer, or none, at the end of the file).
 func (r *Reader) read(s *Segment, off int64, n int) ([]byte, error) {
 	f, err := r.file(s)
 	if err != nil {
@@ -191,8 +245,8 @@ func (r *Reader) read(s *Segment, off int64, n int) ([]byte, error) {
 	}
 	b := r.buf[:n]
 	m, err := f.ReadAt(b, off)
-	if m == n || (m > 0 && errors.Is(err, io.EOF)) {
-		err = nil
+	if errors.Is(err, io.EOF) {
+		err = nil // the caller tells a file cut short by the bytes missing
 	}
 	return b[:m], err
 }
@@ -217,8 +271,10 @@ func record(b []byte, budget *int) (n, need int, ok bool) {
 }
 
 // readNew reads the records of a segment written by this Log, from r.off
-// up to size (what is written of it now).
-func (r *Reader) readNew(s *Segment, size int64, limit, maxBytes int) ([]Replayed, error) {
+// up to size (what is written of it now). A file that ends before size,
+// or a record there that is not valid, is an error matching errDamaged or
+// ErrBadRecord; the records before it are returned with it.
+func (r *Reader) readNew(s *Segment, size int64, limit, maxBytes int) (out []Replayed, err error) {
 	if r.off >= size {
 		return nil, nil
 	}
@@ -227,23 +283,36 @@ func (r *Reader) readNew(s *Segment, size int64, limit, maxBytes int) ([]Replaye
 	if err != nil {
 		return nil, err
 	}
-	var out []Replayed
 	pos, bytes := 0, 0
+	defer func() {
+		r.off += int64(pos)
+		r.idx += len(out)
+		own(out, bytes)
+		r.learn(len(out), bytes)
+	}()
+	short := func() error {
+		return fmt.Errorf("%w: %s ends before offset %d, where %d bytes were written", errDamaged, s.path, r.off+int64(pos), size)
+	}
 	for pos < len(b) && len(out) < limit && bytes < maxBytes {
 		budget := MaxRecord
 		n, need, ok := record(b[pos:], &budget)
-		if need > 0 && pos == 0 && int64(need) <= size-r.off {
-			// A record larger than the chunk: read it whole.
-			if b, err = r.read(s, r.off, need); err != nil {
-				return nil, err
-			}
-			continue
-		}
 		if need > 0 {
-			break // the rest in the next read
+			switch {
+			case len(b) < want:
+				return out, short()
+			case pos == 0 && int64(need) <= size-r.off:
+				// A record larger than the chunk: read it whole.
+				if b, err = r.read(s, r.off, need); err != nil {
+					return out, err
+				}
+				if want = need; len(b) < need {
+					return out, short()
+				}
+				continue
+			}
+			return out, nil // the rest in the next read
 		}
 		if !ok {
-			own(out, bytes)
 			return out, fmt.Errorf("%w in %s at offset %d", ErrBadRecord, s.path, r.off+int64(pos))
 		}
 		body := b[pos+headerSize+1 : pos+n]
@@ -251,9 +320,9 @@ func (r *Reader) readNew(s *Segment, size int64, limit, maxBytes int) ([]Replaye
 		bytes += len(body)
 		pos += n
 	}
-	r.off += int64(pos)
-	own(out, bytes)
-	r.learn(len(out), bytes)
+	if pos == len(b) && len(b) < want {
+		return out, short()
+	}
 	return out, nil
 }
 
@@ -270,32 +339,48 @@ func own(out []Replayed, bytes int) {
 }
 
 // readOld reads the listed events of a segment Open found. A listed
-// offset that no longer holds a valid record is counted in lost (and the
-// segment's live count drops, so it can be reclaimed).
+// offset that no longer holds a valid record (the file was overwritten)
+// is counted in lost (and the segment's live count drops, so it can be
+// reclaimed); a file that now ends before a listed offset is an error
+// matching errDamaged.
 func (r *Reader) readOld(s *Segment, limit, maxBytes int) (out []Replayed, lost int, err error) {
 	if r.ri >= len(s.replay) {
 		s.replay = nil // read: no longer needed
 		return nil, 0, nil
 	}
 	start := int64(s.replay[r.ri])
-	chunk := r.chunk(limit)
-	b, err := r.read(s, start, chunk)
+	want := int(min(int64(r.chunk(limit)), max(s.size-start, headerSize)))
+	b, err := r.read(s, start, want)
 	if err != nil {
 		return nil, 0, err
 	}
 	bytes := 0
+	defer func() {
+		own(out, bytes)
+		r.learn(len(out), bytes)
+		if lost > 0 {
+			r.lose(s, lost)
+			r.l.errorf("diskbuf: %d event(s) of %s can no longer be read back (the file was changed since it was opened): lost", lost, filepath.Base(s.path))
+		}
+	}()
+	short := func(off int64) error {
+		return fmt.Errorf("%w: %s ends before offset %d", errDamaged, s.path, off)
+	}
 	for r.ri < len(s.replay) && len(out) < limit && bytes < maxBytes {
 		off := int64(s.replay[r.ri])
 		pos := int(off - start)
-		if pos >= len(b) && len(b) == chunk {
+		if pos >= len(b) {
+			if len(b) < want {
+				return out, lost, short(off)
+			}
 			break // in the next read
 		}
 		budget := MaxRecord
-		n, need, ok := 0, 0, false
-		if pos < len(b) {
-			n, need, ok = record(b[pos:], &budget)
-		}
-		if need > 0 && len(b) == chunk {
+		n, need, ok := record(b[pos:], &budget)
+		if need > 0 {
+			if len(b) < want {
+				return out, lost, short(off)
+			}
 			if pos > 0 {
 				break // in the next read, from its start
 			}
@@ -303,22 +388,21 @@ func (r *Reader) readOld(s *Segment, limit, maxBytes int) (out []Replayed, lost 
 			if b, err = r.read(s, off, need); err != nil {
 				return out, lost, err
 			}
+			if len(b) < need {
+				return out, lost, short(off)
+			}
 			budget = MaxRecord
 			n, _, ok = record(b, &budget)
 		}
 		r.ri++
 		if !ok {
 			lost++
-			r.lose(s, 1)
-			r.l.errorf("diskbuf: the event at offset %d of %s can no longer be read (the file changed since it was opened): it is lost", off, s.path)
 			continue
 		}
 		body := b[pos+headerSize+1 : pos+n]
 		out = append(out, Replayed{Seg: s, Off: uint32(off), Data: body, Old: true})
 		bytes += len(body)
 	}
-	own(out, bytes)
-	r.learn(len(out), bytes)
 	return out, lost, nil
 }
 
@@ -330,17 +414,6 @@ func (r *Reader) lose(s *Segment, n int) {
 	}
 }
 
-// dropOld counts the events of s's list not read yet as lost.
-func (r *Reader) dropOld(s *Segment) int {
-	n := len(s.replay) - r.ri
-	if n > 0 {
-		r.lose(s, n)
-		r.l.errorf("diskbuf: %d event(s) of %s can no longer be read: they are lost", n, s.path)
-	}
-	s.replay = nil
-	return max(n, 0)
-}
-
 // AtEnd reports whether the reader has read everything written so far:
 // it is at the end of the active segment (or no segment is left after
 // its position).
@@ -350,4 +423,82 @@ func (r *Reader) AtEnd() bool {
 		return true
 	}
 	return s.seq == r.seq && !s.old && !sealed && r.off >= size
+}
+
+// Unreadable counts the events not read back yet whose segment file is
+// gone, is no longer a regular file, or is shorter than what it held
+// (then the valid records still in it are not counted): they are dropped
+// as lost, as Next would, reported with one Errorf per segment, and their
+// number is returned. For Close, which leaves the rest on disk for the
+// next client and must count only what is really there; a stat per
+// segment, a read of a segment only when it was cut short. Not to be
+// called while Next runs.
+func (r *Reader) Unreadable() int {
+	r.l.mu.Lock()
+	type seg struct {
+		s     *Segment
+		size  int64
+		count int
+	}
+	var segs []seg
+	for _, s := range r.l.segs {
+		if s.seq >= r.seq {
+			segs = append(segs, seg{s, s.size, s.count})
+		}
+	}
+	r.l.mu.Unlock()
+	total := 0
+	for _, g := range segs {
+		s := g.s
+		first, from := s.seq == r.seq, int64(fileHeaderSize)
+		var n int
+		var offs []uint32
+		switch {
+		case s.old && first:
+			offs = s.replay[min(r.ri, len(s.replay)):]
+			n = len(offs)
+		case s.old:
+			offs = s.replay
+			n = len(offs)
+		case first:
+			n, from = g.count-r.idx, r.off
+		default:
+			n = g.count
+		}
+		if n <= 0 {
+			continue
+		}
+		fi, err := os.Lstat(s.path)
+		left := 0
+		switch {
+		case err != nil && !errors.Is(err, os.ErrNotExist):
+			continue // cannot tell: left as kept
+		case err != nil || !fi.Mode().IsRegular():
+		case fi.Size() >= g.size:
+			continue
+		default:
+			data, err := readRegular(s.path)
+			if err != nil {
+				continue
+			}
+			if s.old {
+				for _, off := range offs {
+					budget := MaxRecord
+					if int(off) < len(data) {
+						if _, ok := valid(data[off:], segKinds, &budget); ok {
+							left++
+						}
+					}
+				}
+			} else if from < int64(len(data)) {
+				scanRecords(data, int(from), segKinds, nil, func(int, byte, []byte) { left++ })
+			}
+		}
+		if lost := n - min(left, n); lost > 0 {
+			r.lose(s, lost)
+			total += lost
+			r.l.errorf("diskbuf: %s was removed, replaced or cut short: %d event(s) in it that were not read back are lost", filepath.Base(s.path), lost)
+		}
+	}
+	return total
 }

@@ -116,8 +116,8 @@ type Outcomes struct {
 	HandedBack int64 `json:"handed_back"` // told: OnError with ErrShutdownInterrupted (ours), and KeptOnDisk
 	Abandoned  int64 `json:"abandoned"`   // peers: Callback.Failure while Close ran (their Close gives up on retries)
 	Dropped    int64 `json:"dropped"`     // peers: Callback.Failure with ErrTooManyRequests (1000 sends in flight)
-	// KeptOnDisk (ours-durable): handed back without a callback, left on
-	// disk by Close without being read back (Stats.OnDisk): counted by the
+	// KeptOnDisk (ours-durable): handed back without a callback, kept on
+	// disk by Close for the next start (Stats.OnDisk): counted by the
 	// client, not per event.
 	KeptOnDisk int64 `json:"kept_on_disk,omitempty"`
 	// Lost: the sink never got it and the app was not told, or (peers) it
@@ -658,10 +658,9 @@ func main() {
 				} else {
 					res.Outcomes = account(lg, seen, sinkStart, t0, enqMS, st, samples)
 					if res.Ours != nil && res.Ours.OnDisk > 0 {
-						// ours-durable: events Close left on disk without
-						// reading them back get no callback; the client
-						// counts them (Stats.OnDisk) and the next start
-						// sends them. They are among the events neither at
+						// ours-durable: events Close kept on disk get no
+						// callback; the client counts them (Stats.OnDisk)
+						// and the next start sends them. They are among the events neither at
 						// the sink nor told: handed back, not lost.
 						k := min(res.Ours.OnDisk, res.Outcomes.Lost)
 						res.Outcomes.KeptOnDisk = k
