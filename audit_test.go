@@ -135,14 +135,15 @@ func auditClient(t testing.TB, c *Client, wire *auditWire, cb *callbacks) {
 		attempts, first, split := int64(wire.attempts), int64(wire.first), int64(wire.split)
 		wire.mu.Unlock()
 		others := attempts - first
+		recuts := c.settle.stats.recuts.Load()
 		switch {
 		case st.Requests != attempts:
 			fail("Requests %d, but %d attempt(s) reached the transport", st.Requests, attempts)
 		case st.Retries > others:
 			fail("Retries %d, but only %d attempt(s) were not a batch's first (retries counted but not sent?)", st.Retries, others)
-		case others-st.Retries > st.RateLimited+2*split+2*st.Isolations:
-			fail("%d attempt(s) were not a batch's first, Retries %d: %d re-send(s) not accounted for by RateLimited %d, %d 413 split(s) and %d 400 isolation(s)",
-				others, st.Retries, others-st.Retries, st.RateLimited, split, st.Isolations)
+		case others-st.Retries > st.RateLimited+2*split+2*st.Isolations+recuts:
+			fail("%d attempt(s) were not a batch's first, Retries %d: %d re-send(s) not accounted for by RateLimited %d, %d 413 split(s), %d 400 isolation(s) and %d cut(s) of a refused batch",
+				others, st.Retries, others-st.Retries, st.RateLimited, split, st.Isolations, recuts)
 		}
 	}
 	if cb != nil {

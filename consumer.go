@@ -30,6 +30,7 @@ type consumer struct {
 	limits    *limits           // what the server's refusals taught (isolate.go)
 	trying    chan struct{}     // the turn of an untried body size this consumer holds, nil if none (R69)
 	outage    *outageLog        // lines about a failing server (outage.go)
+	search    int64             // the search for the body limit during which the attempt was sent (R67)
 }
 
 // retryPolicy is what the consumer needs of the configuration.
@@ -81,9 +82,20 @@ func (w *consumer) next() *batch {
 			}
 			continue
 		}
+		mine, answer := w.claim()
+		if answer != nil {
+			if !w.sleepUntil(answer) {
+				return nil
+			}
+			continue
+		}
 		b, open := w.q.take(now)
 		if b != nil {
+			w.trying = mine
 			return b
+		}
+		if mine != nil {
+			w.limits.done(mine)
 		}
 		w.endProbe() // nothing to probe with: the gate opens for everyone
 		wait := t.wait
@@ -94,6 +106,29 @@ func (w *consumer) next() *batch {
 			return nil
 		}
 	}
+}
+
+// claim asks for the turn of an untried size before a new batch is taken
+// (limits.claim, R69); both nil without learned limits.
+func (w *consumer) claim() (mine, wait chan struct{}) {
+	if w.limits == nil {
+		return nil, nil
+	}
+	return w.limits.claim()
+}
+
+// sleepUntil waits for answer, a due batch in the waiting room, retire or
+// shutdown; it reports false when the consumer must stop.
+func (w *consumer) sleepUntil(answer chan struct{}) bool {
+	select {
+	case <-answer:
+	case <-w.room.ready:
+	case <-w.retire:
+		return false
+	case <-w.interrupt.Done():
+		return false
+	}
+	return true
 }
 
 // sleepGate waits at a shut gate: for its deadline, or for the answer to
@@ -256,9 +291,13 @@ func (w *consumer) retryLater(b *batch, now time.Time) {
 		w.settle.failed(b, &DeliveryError{Reason: ErrBackoffDurationExceeded, Last: b.lastErr, Attempts: b.attempts})
 		return
 	}
-	k, line := w.room.failed(b, now) // R61: k restarts at every 2xx to anyone
+	k, healthy, line := w.room.failed(b, now) // R61: k restarts at every 2xx to anyone
 	d, custom := w.policy.compatDelay(b.retries)
-	if !custom {
+	switch {
+	case custom:
+	case healthy:
+		d = healthyWait() // R61: short while the server is healthy (R63)
+	default:
 		d = w.policy.delay(k)
 	}
 	b.retries++

@@ -15,6 +15,22 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// healthyWindow is the range of the healthy wait d_h (R61): fake time is
+// exact, so no tolerance is needed.
+func healthyWindow() (time.Duration, time.Duration) { return healthyWaitMin, healthyWaitMax }
+
+// answersBefore is how many requests of batches other than the one whose
+// first event is id were answered by t.
+func answersBefore(reqs []seen, t time.Time, id string) int {
+	n := 0
+	for _, r := range reqs {
+		if r.ids[0] != id && !r.done.After(t) {
+			n++
+		}
+	}
+	return n
+}
+
 // perSecond is how many of reqs arrived in [from, to), per second.
 func perSecond(reqs []seen, from, to time.Time) float64 {
 	n := 0
@@ -27,8 +43,8 @@ func perSecond(reqs []seen, from, to time.Time) float64 {
 }
 
 // S49, R61: a batch that keeps failing while other batches are delivered
-// waits d_1 every time; its fourth failure is not followed by d_4 (4 s) but
-// by 0.45–0.55 s. Alone against a failing server, the same batch's waits
+// waits the healthy wait d_h every time; its fourth failure is not followed
+// by d_4 (4 s) but by 80–120 ms. Alone against a failing server, the same batch's waits
 // grow as before (S44).
 func TestCountedWaitFollowsServerHealth(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -51,8 +67,13 @@ func TestCountedWaitFollowsServerHealth(t *testing.T) {
 		require.NoError(t, flush(t, c, time.Minute))
 		mine := requestsFor(api.requests(), "a")
 		require.Len(t, mine, 5, "four failures, then delivered")
+		// a's first failure comes before any other answer: nothing says the
+		// server is healthy, so it waits d_1; by its second, other batches
+		// have been delivered.
 		lo, hi := window(1)
-		for k := 1; k <= 4; k++ {
+		within(t, "wait after failure 1", mine[1].at.Sub(mine[0].done), lo, hi)
+		lo, hi = healthyWindow()
+		for k := 2; k <= 4; k++ {
 			within(t, fmt.Sprintf("wait after failure %d", k), mine[k].at.Sub(mine[k-1].done), lo, hi)
 		}
 		assert.Equal(t, "4", mine[4].retryCount(), "X-Retry-Count still counts every attempt")
@@ -314,7 +335,7 @@ func TestCompatRetryDelayStillDrivesWaits(t *testing.T) {
 
 // S49 (second part), R61, R63: a batch unlucky on its own, with no other
 // batch in flight, against a server whose recent answers are mostly 2xx,
-// waits d_1 each time; the same batch against a server that has answered
+// waits d_h (80–120 ms) each time; the same batch against a server that has answered
 // nothing but failures waits d_1, d_2, d_3 (S44).
 func TestLoneUnluckyBatchOnHealthyServer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -335,7 +356,7 @@ func TestLoneUnluckyBatchOnHealthyServer(t *testing.T) {
 		require.NoError(t, flush(t, c, time.Minute))
 		mine := requestsFor(api.requests(), "a")
 		require.Len(t, mine, 4)
-		lo, hi := window(1)
+		lo, hi := healthyWindow()
 		for k := 1; k <= 3; k++ {
 			within(t, fmt.Sprintf("wait after failure %d", k), mine[k].at.Sub(mine[k-1].done), lo, hi)
 		}
@@ -348,8 +369,8 @@ func TestLoneUnluckyBatchOnHealthyServer(t *testing.T) {
 // is left. The other batches' last 16 answers were 12 2xx and 4 failures (a
 // server that answers most requests); then batch a fails four times with no
 // other answer in between. Its own failures are not evidence about the
-// server, so each of its four waits is d_1, not d_4 once its own failures
-// make up half of the recent answers.
+// server, so each of its four waits is d_h (80–120 ms), not d_4 once its
+// own failures make up half of the recent answers.
 func TestLastBatchOwnFailuresKeepShortWaits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var mu sync.Mutex
@@ -377,7 +398,7 @@ func TestLastBatchOwnFailuresKeepShortWaits(t *testing.T) {
 		require.NoError(t, flush(t, c, time.Minute))
 		mine := requestsFor(api.requests(), "a")
 		require.Len(t, mine, 5, "four failures, then delivered")
-		lo, hi := window(1)
+		lo, hi := healthyWindow()
 		for k := 1; k <= 4; k++ {
 			within(t, fmt.Sprintf("wait after failure %d", k), mine[k].at.Sub(mine[k-1].done), lo, hi)
 		}
@@ -424,9 +445,10 @@ func TestStreakRestartsAtAnyTwoHundred(t *testing.T) {
 // R61, R63: the retry tail of a paced run is the last batches' own luck and
 // nothing else. A producer tracks 20 000 events/s for half a second while one
 // request in five, at random, is answered 500; then Close. Every counted
-// wait of every batch is d_1 (the server stays healthy), and Close returns
-// as soon as the last batch is delivered: its tail is its first attempt
-// plus one d_1 and one answer per failure.
+// wait of every batch is d_h, 80–120 ms (the server stays healthy; d_1 for
+// a failure before four other answers are known), and
+// Close returns as soon as the last batch is delivered: its tail is its
+// first attempt plus one d_h and one answer per failure.
 func TestPacedTailIsTheLastBatchesLuck(t *testing.T) {
 	for _, seed := range []uint64{1, 2} {
 		synctest.Test(t, func(t *testing.T) {
@@ -462,10 +484,15 @@ func TestPacedTailIsTheLastBatchesLuck(t *testing.T) {
 					lastDone = r.done
 				}
 			}
-			lo, hi := window(1)
 			retried := 0
 			for id, rs := range byBatch {
 				for i := 1; i < len(rs); i++ {
+					// Until four answers of other batches are known, nothing
+					// says the server is healthy: d_1 (R63).
+					lo, hi := healthyWindow()
+					if answersBefore(api.requests(), rs[i-1].done, id) < 4 {
+						lo, hi = window(1)
+					}
 					within(t, fmt.Sprintf("seed %d: %s wait after failure %d", seed, id, i), rs[i].at.Sub(rs[i-1].done), lo, hi)
 					retried++
 				}

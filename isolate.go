@@ -1,6 +1,7 @@
 package analytics
 
 import (
+	"math"
 	"math/bits"
 	"net/http"
 	"sync"
@@ -11,18 +12,19 @@ import (
 )
 
 // This file holds what the client learns from a server's refusals and how
-// it cuts a batch to get past them (docs/delivery.md R66–R68):
+// it cuts a batch to get past them (docs/delivery.md R66–R69):
 //
 //   - a 400 on a batch of several events: the batch is halved until the
 //     events at fault are alone, within a request budget (R66);
-//   - a 413: the smallest refused body and the largest accepted one bound
-//     the size at which batches close from then on (R67);
+//   - a 413: the client searches the body limit between the largest body
+//     accepted and the smallest refused, and batches close at the size it
+//     tries next, then at the largest accepted (R67);
 //   - a batch answered 429 without a usable Retry-After twice in a row:
 //     it is halved, and the smallest batch refused so and the largest one
 //     delivered bound the number of events per batch from then on (R68);
 //   - a body larger than any the server has accepted goes alone: the other
-//     consumers wait for its answer before they send one (R69), so a limit
-//     the client does not know yet costs one 413, not one per consumer.
+//     consumers wait for its answer before they send one (R69), so the
+//     consumers search the limit together, one size at a time.
 
 // maxFrame is the most a body adds around its events: the envelope, the
 // longest sentAt and the write key (as encoded). Batches close at the
@@ -31,6 +33,24 @@ func maxFrame(writeKey string) int {
 	return len(`{"batch":[],"sentAt":"","writeKey":}`) + len("2006-01-02T15:04:05.999999999Z") +
 		len(appendString(nil, writeKey))
 }
+
+// The search for a body limit (R67). A 413 costs a request and its round
+// trip; a body smaller than the limit costs requests for the life of the
+// client. So the search tries sizes between the largest body accepted and
+// the smallest refused, as one request each, and may be refused
+// searchRefusals times: while two refusals are left it tries the point
+// probeWeight of the way from the largest accepted size (or one event's
+// body, when none was accepted) to the refused one on a logarithmic scale;
+// with one left, at most probeStep times the largest accepted, so that its
+// refusal leaves the client within probeStep of the limit; with none left,
+// or once the two sizes are within doneRatio of each other, batches close
+// at the largest accepted size.
+const (
+	searchRefusals = 3
+	probeWeight    = 0.55
+	probeStep      = 1.2
+	doneRatio      = 1.1
+)
 
 // limits is what the client has learned of the server's limits since New
 // (R67, R68). It is shared by every consumer and read by Stats; it sets the
@@ -42,15 +62,20 @@ type limits struct {
 	maxBytes int // the configured byte budget of a batch's events (R45)
 
 	mu            sync.Mutex
-	refusedBody   int // smallest body answered 413; 0: none yet
-	acceptedBody  int // largest body answered 2xx that is below refusedBody, since the first 413
-	refusedEvents int // fewest events in a batch split after repeated 429s (R68); 0: none yet
+	refusedBody   int  // smallest size (see size) answered 413 in this search; 0: none yet
+	refusals      int  // 413s in this search
+	oneEvent      int  // the size of a body of one event, as the refused batches average it
+	asSent        bool // the search goes by the largest body accepted as sent, not as reckoned
+	refusedEvents int  // fewest events in a batch split after repeated 429s (R68); 0: none yet
 
 	acceptedEvents atomic.Int64  // most events in a batch answered 2xx since New (R68)
-	acceptedSize   atomic.Int64  // largest size (see size) answered 2xx since New, or since a 413 below it (R69)
+	acceptedSize   atomic.Int64  // largest size (see size) answered 2xx since New, or since the limit went down (R67, R69)
+	acceptedBody   atomic.Int64  // the largest body as sent answered 2xx in the same time
 	trying         chan struct{} // guarded by mu: a body of an untried size is on the wire; closed at its answer (R69)
 
-	body   atomic.Int64 // learned body limit in bytes; 0: none (Stats.BodyLimit)
+	searches atomic.Int64 // searches begun since New: a 413 on a body sent during an earlier one counts in none
+
+	body   atomic.Int64 // where batches close, in bytes; 0: no 413 yet (Stats.BodyLimit)
 	events atomic.Int64 // learned events per batch; 0: none (Stats.EventLimit)
 }
 
@@ -78,24 +103,18 @@ func raise(a *atomic.Int64, v int) {
 	}
 }
 
-// untriedFloor is the body size up to which R69 never holds a batch back:
-// no server this client knows of refuses so small a body, and small
-// batches (a few events each, as at a low rate) then go side by side from
-// the first request on.
-const untriedFloor = 16 << 10
-
 // try asks to send a body of the given size (R69). When the server has
 // accepted one at least as large, or no body of an untried size is on the
 // wire, it returns wait nil: the caller may send, and when mine is not nil
-// it holds the turn and gives it back with tried at the end of its
+// it holds the turn and gives it back with done at the end of its
 // attempt. Otherwise the caller waits for wait to close and asks again.
 func (l *limits) try(size int) (mine, wait chan struct{}) {
-	if size <= untriedFloor || int64(size) <= l.acceptedSize.Load() {
+	if l.tried(size) {
 		return nil, nil // the common case takes no lock
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if int64(size) <= l.acceptedSize.Load() {
+	if l.tried(size) {
 		return nil, nil
 	}
 	if l.trying != nil {
@@ -105,8 +124,43 @@ func (l *limits) try(size int) (mine, wait chan struct{}) {
 	return l.trying, nil
 }
 
-// tried gives back the turn try handed out, whatever the attempt's end.
-func (l *limits) tried(mine chan struct{}) {
+// claim is asked before a new batch is taken from the queue. While the
+// answer to a body of an untried size may change where batches close
+// (nothing accepted yet, or a search for the body limit going on), only
+// the consumer holding the turn of an untried size takes one: claim then
+// returns mine, the turn (given back with done), or wait, closed at the
+// answer of the body on the wire, before which the caller takes nothing.
+// The events stay in the queue meanwhile and are batched at what the
+// answer teaches (R69). Otherwise both are nil.
+func (l *limits) claim() (mine, wait chan struct{}) {
+	if accepted := l.acceptedSize.Load(); accepted > 0 && l.body.Load() <= accepted {
+		return nil, nil // the common case takes no lock
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.trying != nil {
+		return nil, l.trying
+	}
+	l.trying = make(chan struct{})
+	return l.trying, nil
+}
+
+// untriedFloor is the body size up to which R69 holds no body back until
+// the first 413: small batches (a few events each, as at a low rate) go
+// side by side from the first request on, also while the server answers
+// nothing but failures. Once a 413 has come, every size the server has not
+// accepted goes alone, however small.
+const untriedFloor = 16 << 10
+
+// tried reports whether a body of the given size may go side by side with
+// others (R69): the server accepted one at least as large, or no 413 has
+// come yet and it is within untriedFloor.
+func (l *limits) tried(size int) bool {
+	return int64(size) <= l.acceptedSize.Load() || (size <= untriedFloor && l.body.Load() == 0)
+}
+
+// done gives back the turn try handed out, whatever the attempt's end.
+func (l *limits) done(mine chan struct{}) {
 	l.mu.Lock()
 	if l.trying == mine {
 		l.trying = nil
@@ -119,31 +173,61 @@ func (l *limits) tried(mine chan struct{}) {
 // size reckons it before sending, n events.
 func (l *limits) accepted(size, estimate, n int) {
 	raise(&l.acceptedEvents, n)
-	raise(&l.acceptedSize, estimate)
 	if l.body.Load() == 0 && l.events.Load() == 0 {
-		return // nothing learned: nothing to raise (the common case takes no lock)
+		// Nothing learned: nothing to search (the common case takes no lock).
+		raise(&l.acceptedSize, estimate)
+		raise(&l.acceptedBody, size)
+		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.refusedBody > 0 && size < l.refusedBody && size > l.acceptedBody {
-		l.acceptedBody = size
+	if l.refusedBody == 0 || estimate < l.refusedBody {
+		// A body at least as large as one refused was sent before the
+		// limit went down: it says nothing of the limit now.
+		raise(&l.acceptedSize, estimate)
+		raise(&l.acceptedBody, size)
 	}
 	l.applyLocked()
 }
 
-// refusedSize records a body answered 413 (R67): size bytes as sent,
-// estimate as size reckons it before sending.
-func (l *limits) refusedSize(size, estimate int) {
+// refusedSize records a multi-event body answered 413 (R67): size bytes as
+// sent, estimate as size reckons it before sending, n events, sent during
+// search number search.
+func (l *limits) refusedSize(size, estimate, n int, search int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.acceptedSize.Load() >= int64(estimate) {
-		l.acceptedSize.Store(0) // the server's limit went down: every size is untried again (R69)
-	}
-	if l.refusedBody == 0 || size < l.refusedBody {
-		l.refusedBody = size
-		if l.acceptedBody >= size {
-			l.acceptedBody = 0 // the server's limit went down: what it accepted before no longer says anything
+	switch {
+	case search != l.searches.Load():
+		// Sent before the limit went down and answered after: it says the
+		// limit is below its size, and costs the search nothing.
+		if estimate < l.refusedBody {
+			l.refusedBody = estimate
 		}
+		l.applyLocked()
+		return
+	case int64(size) <= l.acceptedBody.Load():
+		// The server refuses what it accepted before: its limit went down.
+		// What it accepted says nothing any more; the search starts over,
+		// and every size is untried again (R69).
+		l.acceptedSize.Store(0)
+		l.acceptedBody.Store(0)
+		l.refusedBody, l.refusals = 0, 0
+	case int64(estimate) <= l.acceptedSize.Load():
+		// Refused, though no larger as reckoned than one accepted: the
+		// frame of that one was shorter. Sizes as sent are safe.
+		l.acceptedSize.Store(l.acceptedBody.Load())
+		l.asSent = true
+	}
+	if l.refusedBody == 0 {
+		l.searches.Add(1) // a search begins: bodies already on the wire cost it nothing
+	}
+	if l.refusedBody == 0 || estimate < l.refusedBody {
+		l.refusedBody = estimate
+	}
+	l.refusals++
+	one := l.frame + (estimate-l.frame+n-1)/max(n, 1)
+	if l.oneEvent == 0 || one < l.oneEvent {
+		l.oneEvent = one
 	}
 	l.applyLocked()
 }
@@ -159,6 +243,39 @@ func (l *limits) refusedCount(n int) {
 	l.applyLocked()
 }
 
+// bodyTargetLocked is the size at which batches close during and after a
+// search for the body limit (R67): the next size to try, or the largest
+// accepted when the search is over; 0 before any 413.
+func (l *limits) bodyTargetLocked() int {
+	hi := l.refusedBody
+	if hi == 0 {
+		return 0
+	}
+	// The largest body accepted, as reckoned; once one reckoned no larger
+	// was refused (its sentAt was longer), as sent, which is safe whatever
+	// the sentAt's length.
+	lo := int(min(l.acceptedSize.Load(), int64(hi-1)))
+	if l.asSent {
+		lo = int(min(l.acceptedBody.Load(), int64(hi-1)))
+	}
+	floor := max(min(l.oneEvent, hi-1), 1) // one event's body: a batch of one event
+	left := searchRefusals - l.refusals
+	switch {
+	case lo == 0 && left <= 1:
+		return floor // nothing accepted and no refusal to spare: one event at a time
+	case lo > 0 && (left <= 0 || float64(hi) <= doneRatio*float64(lo) || hi-lo <= l.oneEvent-l.frame):
+		return lo
+	}
+	each := max(l.oneEvent-l.frame, 1)
+	step := each + each/8 + 1 // a probe adds at least one event, of an event size or a little larger
+	if left == 1 {
+		return min(max(int(probeStep*float64(lo)), lo+step), hi-1)
+	}
+	from := max(lo, floor)
+	p := int(math.Exp((1-probeWeight)*math.Log(float64(from)) + probeWeight*math.Log(float64(hi))))
+	return min(max(p, lo+step), hi-1)
+}
+
 // tooManyForServer reports whether a batch of n events is larger than any
 // the server has accepted since New (R68): only then is its size the
 // suspect; a batch no larger than one delivered waits for the window.
@@ -167,15 +284,12 @@ func (l *limits) tooManyForServer(n int) bool {
 }
 
 // applyLocked derives the limits and hands them to the queue: batches
-// close below the largest body accepted since the first 413, or below the
-// size of a half of the smallest refused one (half its events, and a
-// frame), whichever is larger; the event count likewise.
+// close at the size the search for the body limit tries next or settled
+// on (bodyTargetLocked), and at the larger of half the fewest events
+// refused with repeated 429s and the most delivered in one batch.
 func (l *limits) applyLocked() {
-	var body, events int
-	if l.refusedBody > 0 {
-		// A half of the refused body: half its events in a frame of its own.
-		body = max(l.acceptedBody, min(l.refusedBody/2+l.frame, l.refusedBody-1))
-	}
+	var events int
+	body := l.bodyTargetLocked()
 	if l.refusedEvents > 0 {
 		events = max(int(l.acceptedEvents.Load()), (l.refusedEvents+1)/2)
 	}
@@ -209,17 +323,23 @@ func (l *limits) tooLarge(b *batch, perEvent int) bool {
 	return body > 0 && l.size(b, perEvent) > body
 }
 
-// pieces is how many pieces b, over a learned limit, is cut into before
-// it is sent (R67): the fewest whose events fit the body limit, each in a
-// frame of its own; two when only the event limit binds (the halves are
+// fitting is where b, over a learned limit, is cut before it is sent
+// (R67, R68): after the most events whose body fits the body limit, at
+// least one; in halves when only the event limit binds (the first half is
 // looked at again).
-func (l *limits) pieces(b *batch, perEvent int) int {
-	n := 2
-	if body := l.bodyLimit(); body > 0 {
-		room := max(body-l.frame, 1) // for the events of each piece
-		n = max(n, (l.size(b, perEvent)-l.frame+room-1)/room)
+func (l *limits) fitting(b *batch, perEvent int) int {
+	body := l.bodyLimit()
+	if body == 0 || l.size(b, perEvent) <= body {
+		return max(len(b.events)/2, 1)
 	}
-	return min(n, len(b.events))
+	room, k := body-l.frame, 0 // room for the events, their commas and what the body adds to each
+	for used := -1; k < len(b.events); k++ {
+		used += len(b.events[k].data) + 1 + perEvent
+		if used > room {
+			break
+		}
+	}
+	return max(k, 1)
 }
 
 // isolation is the request budget of a batch being halved after a 400
@@ -297,20 +417,28 @@ func (s *isolation) take() bool {
 	}
 }
 
-// ready reports whether b may be sent now. A batch over a learned limit
-// is cut in two (fit) and is not. A body larger than any the server has
-// accepted waits until no other such body is on the wire (R69), and is
-// then looked at again, since its answer may have taught a limit; the
-// consumer holds the batch meanwhile, at most one attempt long. Close's
-// interruption ends the wait and hands b back.
+// ready reports whether b may be sent now. A body larger than any the
+// server has accepted waits until no other such body is on the wire (R69),
+// and is then looked at again, since that body's answer may have taught a
+// limit; the consumer holds the batch meanwhile, at most one attempt long.
+// Close's interruption ends the wait and hands b back. Once b may go, it
+// is cut down to the learned limits (fit).
 func (w *consumer) ready(b *batch) bool {
 	if w.limits == nil {
 		return true
 	}
-	for !w.fit(b) {
-		mine, wait := w.limits.try(w.limits.size(b, w.q.perEvent))
+	for {
+		mine, wait := w.trying, (chan struct{})(nil) // the turn claimed with b, if any
+		if mine == nil {
+			mine, wait = w.limits.try(w.limits.size(b, w.q.perEvent))
+		}
 		if wait == nil {
 			w.trying = mine
+			w.search = w.limits.searches.Load()
+			w.fit(b)
+			if w.trying != nil && w.limits.tried(w.limits.size(b, w.q.perEvent)) {
+				w.endTry() // what is left of b is of a size the server took: others need not wait
+			}
 			return true
 		}
 		select {
@@ -320,33 +448,36 @@ func (w *consumer) ready(b *batch) bool {
 			return false
 		}
 	}
-	return false
 }
 
 // endTry gives up the turn of an untried size this consumer holds, if any
 // (R69).
 func (w *consumer) endTry() {
 	if w.trying != nil {
-		w.limits.tried(w.trying)
+		w.limits.done(w.trying)
 		w.trying = nil
 	}
 }
 
-// fit cuts b in two before it is sent when it is over a learned limit
-// (R67, R68): the halves take its place in the waiting room, due at once,
-// and no request is made. It reports whether it did.
-func (w *consumer) fit(b *batch) bool {
-	if w.limits == nil || !w.limits.tooLarge(b, w.q.perEvent) {
-		return false
+// fit cuts b down before it is sent while it is over a learned limit (R67,
+// R68): b keeps its first events, as many as the limit allows, and the
+// rest goes to the waiting room, due at once, to be looked at again when
+// its turn comes. A batch whose body is over the limit is cut only by the
+// consumer that may send a body of an untried size (ready), so the piece
+// it sends is the size the search tries next.
+func (w *consumer) fit(b *batch) {
+	for w.limits.tooLarge(b, w.q.perEvent) {
+		now := time.Now()
+		k := w.limits.fitting(b, w.q.perEvent)
+		if b.attempts > 0 {
+			w.settle.stats.recuts.Add(1)
+		}
+		w.log.Debug("batch over the learned limit: sending it in pieces", zap.Int("events", len(b.events)), zap.Int("first", k))
+		_, rest := w.cutAt(b, k)
+		if !w.room.wait(rest, now) {
+			w.settle.handBack(rest, nil)
+		}
 	}
-	now := time.Now()
-	// The first piece is cut off here; the rest is looked at again when
-	// its turn comes (one piece fewer).
-	pieces := w.limits.pieces(b, w.q.perEvent)
-	w.log.Debug("batch over the learned limit: sending it in pieces", zap.Int("events", len(b.events)), zap.Int("pieces", pieces))
-	first, second := w.cutAt(b, cutPoint(b.events, b.bytes/pieces))
-	w.park(first, second, now, now)
-	return true
 }
 
 // adapt looks at the answer to b's attempt before it is settled: it
@@ -364,9 +495,19 @@ func (w *consumer) adapt(b *batch, resp response, err error, v verdict, now time
 	case v.outcome == outcomeDelivered:
 		b.tooMany = 0
 		w.limits.accepted(size, estimate, len(b.events))
-	case resp.status == http.StatusRequestEntityTooLarge:
+	case resp.status == http.StatusRequestEntityTooLarge && len(b.events) > 1:
 		b.tooMany = 0
-		w.limits.refusedSize(size, estimate) // the 413 split itself is R3's
+		w.limits.refusedSize(size, estimate, len(b.events), w.search)
+		w.log.Debug("batch answered 413: sending it again in pieces of the size being tried", // R51
+			zap.Int("events", len(b.events)), zap.Int("bodyBytes", w.limits.bodyLimit()))
+		// Instead of R3's halves, the batch waits, whole and due at once,
+		// to be cut at the size the search tries next when it may be sent
+		// (ready).
+		b.rateLimited, b.retryPending, b.cut = false, false, false
+		if !w.room.wait(b, now) {
+			w.settle.handBack(b, nil)
+		}
+		return true
 	case resp.status == http.StatusBadRequest && v.outcome == outcomeFailed && len(b.events) > 1:
 		b.tooMany = 0
 		return w.isolate(b, now)
@@ -414,7 +555,7 @@ func (w *consumer) splitTooMany(b *batch, now time.Time) bool {
 		return false // retryLater fails it with the budget's reason
 	}
 	w.limits.refusedCount(len(b.events))
-	_, line := w.room.failed(b, now) // a counted failure, for the server's health (R60, R61)
+	_, _, line := w.room.failed(b, now) // a counted failure, for the server's health (R60, R61)
 	first := b.retries
 	b.retries++
 	b.retryPending = true
@@ -449,24 +590,6 @@ func (w *consumer) firstDelay(retries int) time.Duration {
 // sending (fit) does not, so its halves are cut again if still too large.
 func (w *consumer) halve(b *batch) (first, second *batch) {
 	return w.cutAt(b, len(b.events)/2)
-}
-
-// cutPoint is where to cut evs so that evs[:mid] holds about share bytes:
-// the nearer of the two event boundaries around share, at least one event
-// on each side.
-func cutPoint(evs []event, share int) int {
-	before := 0
-	for i := range evs[:len(evs)-1] {
-		after := before + len(evs[i].data) + 1 // evs[:i+1] and its commas
-		if after >= share {
-			if after-share <= share-before {
-				return i + 1
-			}
-			return max(i, 1)
-		}
-		before = after
-	}
-	return len(evs) - 1
 }
 
 // cutAt cuts b into b.events[:mid], staying in b, and the rest, carried on

@@ -123,13 +123,14 @@ func (h *health) allowed(now time.Time) time.Duration {
 }
 
 // failed records a counted failure of b (R60) at now. It returns the k of
-// its next wait — b's counted failures since the server last answered 2xx
-// to any batch (R61), or 1 while the recent answers other than b's own
-// streak show a healthy server (R63), so that a batch unlucky on its own
-// against a server that answers most requests does not sit out growing
-// waits, even when it is the last one left and its own failures fill the
-// window — and the line due about a failing server (outage.go), if any.
-func (r *waitingRoom) failed(b *batch, now time.Time) (k int, line outageLine) {
+// its next wait, b's counted failures since the server last answered 2xx to
+// any batch (R61); whether the recent answers other than b's own streak show
+// a healthy server (R63): then b waits the short healthy wait whatever k, so
+// that a batch unlucky on its own against a server that answers most
+// requests does not sit out growing waits, even when it is the last one left
+// and its own failures fill the window; and the line due about a failing
+// server (outage.go), if any.
+func (r *waitingRoom) failed(b *batch, now time.Time) (k int, healthy bool, line outageLine) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.health.note(true)
@@ -138,10 +139,19 @@ func (r *waitingRoom) failed(b *batch, now time.Time) (k int, line outageLine) {
 		b.epoch, b.streak = r.health.epoch, 0
 	}
 	b.streak++
-	if r.health.healthy(b.streak) {
-		return 1, line
-	}
-	return b.streak, line
+	return b.streak, r.health.healthy(b.streak), line
+}
+
+// Bounds of the healthy wait d_h (R61): a counted retry against a healthy
+// server waits a uniform draw between them, whatever its streak.
+const (
+	healthyWaitMin = 80 * time.Millisecond
+	healthyWaitMax = 120 * time.Millisecond
+)
+
+// healthyWait draws d_h, uniform in [healthyWaitMin, healthyWaitMax] (R61).
+func healthyWait() time.Duration {
+	return healthyWaitMin + rand.N(healthyWaitMax-healthyWaitMin+1)
 }
 
 // succeeded records a 2xx at now (R60): it pays allowancePerSuccess into

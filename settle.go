@@ -305,6 +305,7 @@ type counters struct {
 	batches, requests, retries             atomic.Int64
 	rateLimited, rateLimitWaits            atomic.Int64
 	isolations                             atomic.Int64
+	recuts                                 atomic.Int64 // cuts of an attempted batch before it is sent again (R67); not in Stats
 
 	accepted, rejectedInvalid, rejectedTooLarge, rejectedClosed atomic.Int64
 	rejectedDisk                                                atomic.Int64

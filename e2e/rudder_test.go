@@ -205,11 +205,11 @@ func paddedTracks(idList ...string) []event {
 
 // R67, R69: a fixed 64 KiB body limit and 2 500 events of ~300 bytes
 // (batches of 250 are ~75 KB), with the default eight consumers: the first
-// full batch goes alone (R69) and is refused, the others are cut below the
-// learned limit before they are sent, so at most 2 requests are answered
-// 413 (one is expected), every event is delivered once, and there are fewer
-// requests than the 30 of a client that does not learn (10 batches, each
-// refused and sent again as two halves).
+// full batch goes alone (R69) and is refused, the client searches the
+// limit one size at a time, so at most 3 requests are answered 413 (the
+// search's budget, not one per consumer), every event is delivered once,
+// and there are fewer requests than the 30 of a client that does not learn
+// (10 batches, each refused and sent again as two halves).
 func TestFixedBodyLimitIsLearned(t *testing.T) {
 	t.Parallel()
 	for _, gz := range []bool{false, true} {
@@ -226,8 +226,8 @@ func TestFixedBodyLimitIsLearned(t *testing.T) {
 			need(t, r.reqs, 1)
 			refused := countStatus(r.reqs, 413)
 			t.Logf("first body %d bytes (%d events); %d requests, %d answered 413", len(r.reqs[0].Body), len(r.reqs[0].MessageIDs), len(r.reqs), refused)
-			if refused == 0 || refused > 2 {
-				t.Errorf("%d requests answered 413, want 1 or 2: %s", refused, brief(r.reqs))
+			if refused == 0 || refused > 3 {
+				t.Errorf("%d requests answered 413, want 1 to 3: %s", refused, brief(r.reqs))
 			}
 			if len(r.reqs) >= 30 {
 				t.Errorf("%d requests, want fewer than the 30 of a client that does not learn: %s", len(r.reqs), brief(r.reqs))

@@ -30,8 +30,9 @@ import (
 // scenarios resume, so it neither disturbs them nor is disturbed. Set
 // E2E_SOAK_EVENTS to change the number of events (default 1400). The
 // run is bounded by waits, not CPU: each Retry-After: 1 answer (10 %)
-// closes the shared gate for a second, and counted retries wait 0.45 s and
-// more, so 1400 events (140 batches, ≈ 270 requests) take ≈ 45–50 s.
+// closes the shared gate for a second, and counted retries wait 80 ms and
+// more (0.45 s and more while the server is not healthy), so 1400 events
+// (140 batches, ≈ 270 requests) take tens of seconds.
 func TestSoak(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	const (
