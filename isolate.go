@@ -218,9 +218,7 @@ func (l *limits) refusedSize(size, estimate, n int, search int64) {
 		l.acceptedSize.Store(l.acceptedBody.Load())
 		l.asSent = true
 	}
-	if l.refusedBody == 0 {
-		l.searches.Add(1) // a search begins: bodies already on the wire cost it nothing
-	}
+	begins := l.refusedBody == 0
 	if l.refusedBody == 0 || estimate < l.refusedBody {
 		l.refusedBody = estimate
 	}
@@ -230,6 +228,30 @@ func (l *limits) refusedSize(size, estimate, n int, search int64) {
 		l.oneEvent = one
 	}
 	l.applyLocked()
+	if begins {
+		// A search begins: bodies already on the wire cost it nothing. It
+		// is counted after the limit is stored, so that a consumer that
+		// sees the new search also sees the limit (ready).
+		l.searches.Add(1)
+	}
+}
+
+// refusedOne records a body of one event answered 413 (R67): it cannot be
+// cut, so it costs the search no refusal, but the server refuses bodies
+// of its size (estimate, as size reckons it), so no batch that large
+// follows. The first 413 begins a search.
+func (l *limits) refusedOne(estimate int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.refusedBody != 0 && estimate >= l.refusedBody {
+		return
+	}
+	begins := l.refusedBody == 0
+	l.refusedBody = estimate
+	l.applyLocked()
+	if begins {
+		l.searches.Add(1) // after the limit is stored, as refusedSize says
+	}
 }
 
 // refusedCount records a batch of n events split after repeated 429s
@@ -436,6 +458,13 @@ func (w *consumer) ready(b *batch) bool {
 			w.trying = mine
 			w.search = w.limits.searches.Load()
 			w.fit(b)
+			if w.trying == nil && !w.limits.tried(w.limits.size(b, w.q.perEvent)) {
+				// A 413 came since try: b's size is untried now, and
+				// goes alone (R69). (A search is counted after its
+				// limit is stored, so when w.search is that search's,
+				// tried sees the limit.)
+				continue
+			}
 			if w.trying != nil && w.limits.tried(w.limits.size(b, w.q.perEvent)) {
 				w.endTry() // what is left of b is of a size the server took: others need not wait
 			}
@@ -508,6 +537,9 @@ func (w *consumer) adapt(b *batch, resp response, err error, v verdict, now time
 			w.settle.handBack(b, nil)
 		}
 		return true
+	case resp.status == http.StatusRequestEntityTooLarge:
+		b.tooMany = 0
+		w.limits.refusedOne(estimate) // a single event: it fails (R3)
 	case resp.status == http.StatusBadRequest && v.outcome == outcomeFailed && len(b.events) > 1:
 		b.tooMany = 0
 		return w.isolate(b, now)
