@@ -331,8 +331,9 @@ func simCheck(run *simRun) []simViolation {
 	}
 
 	// R67: after a 413 on a body of B bytes, no batch made of events
-	// accepted after that answer has a body of B bytes or more. (This and
-	// the next check belong to the smalllimit class, not yet met.)
+	// accepted after that answer has a body of B bytes or more, whether
+	// the refused body held one event or several. (This and the next check
+	// belong to the smalllimit class.)
 	for ai, a := range atts {
 		if !run.faults[faultSmallLimit] {
 			break

@@ -40,10 +40,7 @@ var (
 	simSeed      = flag.Uint64("sim.seed", 0, "simulation: run this seed only")
 	simSeeds     = flag.Int("sim.seeds", 0, "simulation: run seeds 1..N (default: the CI set)")
 	simScenarioF = flag.String("sim.scenario", "", "simulation: run this scenario (JSON, as a failure prints it)")
-	// smalllimit is left out by default: R67's search is not met yet (a
-	// new batch larger than a body refused with 413; more than three
-	// refusals under a fixed limit in durable mode), see CONTRIBUTING.md.
-	simFaults    = flag.String("sim.faults", faultMisbehave+","+faultDurable, "simulation: fault classes to draw from: all, none, or a comma list of "+faultMisbehave+","+faultSmallLimit+","+faultDurable)
+	simFaults    = flag.String("sim.faults", faultMisbehave+","+faultSmallLimit+","+faultDurable, "simulation: fault classes to draw from: all, none, or a comma list of "+faultMisbehave+","+faultSmallLimit+","+faultDurable)
 	simMinWait   = flag.Duration("sim.minwait", 0, "simulation: the shortest counted wait the checker allows (default: the documented one)")
 	simShrinkFor = flag.Duration("sim.shrinktime", 90*time.Second, "simulation: time to spend shrinking a failure (0: none)")
 	simWorkers   = flag.Int("sim.workers", 2, "simulation: child processes running seeds")
