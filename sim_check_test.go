@@ -361,11 +361,19 @@ func simCheck(run *simRun) []simViolation {
 
 	// R67 at any size: against a fixed body limit the search for it is
 	// refused (413 on a batch it could have cut) at most three times, the
-	// first 413 included.
+	// first 413 included. Bodies that arrived before the first 413 was
+	// answered are not the search's: R69 lets small ones go side by side
+	// until then, and their 413s cost the search nothing.
 	if run.faults[faultSmallLimit] && sc.BodyLimit > 0 && sc.BodyLimit2 == 0 {
 		n := 0
+		var first time.Time
 		for _, a := range atts {
-			if a.final.status == 413 && len(a.ids) > 1 {
+			if a.final.status == 413 && len(a.ids) > 1 && (first.IsZero() || a.final.done.Before(first)) {
+				first = a.final.done
+			}
+		}
+		for _, a := range atts {
+			if a.final.status == 413 && len(a.ids) > 1 && (a.final.done.Equal(first) || a.at.After(first)) {
 				n++
 			}
 		}
