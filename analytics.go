@@ -326,7 +326,7 @@ func (c *Client) Close(ctx context.Context) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	c.endRetries() // before the queue closes: a batch it lets go at once is not retried (compat.go)
+	c.endRetries() // before the queue closes: a batch it lets go at once is not retried
 	if !c.q.close() {
 		return ErrClosed
 	}
@@ -564,3 +564,60 @@ var closedTimeChan = func() <-chan time.Time {
 	close(ch)
 	return ch
 }()
+
+// endRetries ends retries when Close begins on a client with
+// shared.Compat FastClose: consumers fail what would be retried. Close
+// calls it before it closes the queue, so the open batch, which the queue
+// then lets go at once, fails instead of waiting for a retry.
+func (c *Client) endRetries() {
+	if c.stopRetries != nil {
+		c.stopRetries.Store(true)
+	}
+}
+
+// fastClose goes on with a Close without retries (shared.Compat
+// FastClose; endRetries came first): every batch waiting in the room is
+// due now and the gate opens.
+func (c *Client) fastClose() {
+	if c.stopRetries != nil {
+		c.room.dueNow(time.Now())
+	}
+}
+
+// Stats returns a snapshot of the client's counters. Safe for concurrent
+// use; the counters are read one by one, not as one atomic snapshot.
+func (c *Client) Stats() Stats {
+	s := &c.settle.stats
+	st := Stats{
+		Delivered:         s.delivered.Load(),
+		Failed:            s.failed.Load(),
+		HandedBack:        s.handedBack.Load(),
+		RejectedQueueFull: s.dropped.Load(),
+		Pending:           int64(c.q.outstanding()),
+		Batches:           s.batches.Load(),
+		Requests:          s.requests.Load(),
+		Retries:           s.retries.Load(),
+		RateLimited:       s.rateLimited.Load(),
+		RateLimitWaits:    s.rateLimitWaits.Load(),
+		Isolations:        s.isolations.Load(),
+		BodyLimit:         int64(c.limits.bodyLimit()),
+		EventLimit:        int64(c.limits.eventLimit()),
+
+		Accepted:         s.accepted.Load(),
+		RejectedInvalid:  s.rejectedInvalid.Load(),
+		RejectedTooLarge: s.rejectedTooLarge.Load(),
+		RejectedClosed:   s.rejectedClosed.Load(),
+		RejectedDisk:     s.rejectedDisk.Load(),
+	}
+	if d := c.disk; d != nil {
+		st.Replayed = d.replayed.Load()
+		st.Spilled, st.OnDisk = d.spilled.Load(), d.onDiskNow.Load()
+		if !c.closed.Load() {
+			st.DiskBytes = d.log.Size()
+		}
+		ds := d.log.Stats()
+		st.DiskTorn, st.DiskCorrupt, st.DiskLost = int64(ds.Torn), int64(ds.Corrupt)+d.skipped.Load(), d.lost.Load()
+		st.DiskMissing, st.DiskSkipped = int64(ds.Missing), int64(ds.Skipped)
+	}
+	return st
+}

@@ -2,10 +2,8 @@ package analytics
 
 import (
 	"context"
-	"sync/atomic"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"go.uber.org/zap"
 )
 
@@ -26,23 +24,11 @@ type consumer struct {
 	retire    <-chan struct{} // closed when Close no longer needs consumers
 	timer     *time.Timer
 	probe     chan struct{}     // the probe this consumer holds after a deadline, nil if none (R64)
-	onAttempt func(AttemptInfo) // WithAttemptHook; nil without (see observe.go)
+	onAttempt func(AttemptInfo) // WithAttemptHook; nil without
 	limits    *limits           // what the server's refusals taught (isolate.go)
 	trying    chan struct{}     // the turn of an untried body size this consumer holds, nil if none (R69)
 	outage    *outageLog        // lines about a failing server (outage.go)
 	search    int64             // the search for the body limit during which the attempt was sent (R67)
-}
-
-// retryPolicy is what the consumer needs of the configuration.
-type retryPolicy struct {
-	maxRetries      int
-	maxBackoffTotal time.Duration
-	httpTimeout     time.Duration
-	// delay is the wait before the k-th counted retry of a streak (k ≥ 1,
-	// R26, R61): backoffPolicy.delay unless the configuration replaces it.
-	delay      func(k int) time.Duration
-	retryDelay func(k int) time.Duration // shared.Compat RetryDelay; nil: delay (compat.go)
-	stop       *atomic.Bool              // shared.Compat FastClose: no retry once set; nil without
 }
 
 func (w *consumer) run() {
@@ -219,7 +205,7 @@ func (w *consumer) attempt(b *batch) {
 		w.endEpisode() // R34: a response without a usable Retry-After; a transport error is no response
 	}
 	if (v.outcome == outcomeRetry || v.outcome == outcomeRateLimited) && w.policy.stopped() {
-		w.settle.failed(b, b.lastErr) // Close waits for no retry (compat.go)
+		w.settle.failed(b, b.lastErr) // Close waits for no retry (shared.Compat FastClose)
 		return
 	}
 	if w.adapt(b, resp, err, v, now) { // R66–R68 (isolate.go)
@@ -378,33 +364,26 @@ func (w *consumer) endEpisode() {
 	}
 }
 
-// delay is the wait before the k-th counted retry of a streak (k ≥ 1; R26,
-// R61): the k-th NextBackOff of a fresh ExponentialBackOff of p, a uniform
-// draw from [1 − RandomizationFactor, 1 + RandomizationFactor] ×
-// min(MaxInterval, InitialInterval × Multiplier^(k−1)). A batch keeps no
-// backoff of its own, so k may restart at any time. Past maxBackoffSteps
-// the interval is MaxInterval (the policy is fixed: 500 ms × 2 reaches
-// 60 s at the 8th step), so no more steps are taken.
-func (p backoffPolicy) delay(k int) time.Duration {
-	bo := newBackoff(p)
-	d := bo.NextBackOff()
-	for i := 1; i < min(k, maxBackoffSteps); i++ {
-		d = bo.NextBackOff()
+// startAttempt returns the start time of an attempt, or the zero time
+// without a hook.
+func (w *consumer) startAttempt() time.Time {
+	if w.onAttempt == nil {
+		return time.Time{}
 	}
-	return d
+	return time.Now()
 }
 
-// maxBackoffSteps bounds the NextBackOff calls delay makes.
-const maxBackoffSteps = 64
-
-// newBackoff is the ExponentialBackOff of p: counted-retry delays and the
-// OAuth token source's.
-func newBackoff(p backoffPolicy) *backoff.ExponentialBackOff {
-	return backoff.NewExponentialBackOff(
-		backoff.WithInitialInterval(p.InitialInterval),
-		backoff.WithMultiplier(p.Multiplier),
-		backoff.WithMaxInterval(p.MaxInterval),
-		backoff.WithRandomizationFactor(p.RandomizationFactor),
-		backoff.WithMaxElapsedTime(p.MaxElapsedTime),
-	)
+// observe reports an attempt of b (before b.attempts counts it) to the
+// hook, if any.
+func (w *consumer) observe(b *batch, start time.Time, resp response, err error) {
+	if w.onAttempt == nil {
+		return
+	}
+	info := AttemptInfo{Events: len(b.events), Bytes: w.sender.sent, Retry: b.attempts,
+		Duration: time.Since(start), Err: err}
+	if err == nil {
+		info.Status = resp.status
+	}
+	defer contain(w.log, userHook, nil)
+	w.onAttempt(info)
 }

@@ -30,8 +30,8 @@ type waitingRoom struct {
 	answer   chan struct{} // a probe is out (R64); closed at its answer
 	seq      uint64        // arrival order, for ties of due instants
 	closed   bool          // Close has handed everything back: nothing may enter
-	noWait   bool          // Close waits for no retry (dueNow, compat.go): everything is due at once
-	unpaced  bool          // shared.Compat NoRetryAllowance: counted retries take no token (compat.go)
+	noWait   bool          // Close waits for no retry (dueNow): everything is due at once
+	unpaced  bool          // shared.Compat NoRetryAllowance: counted retries take no token
 
 	health health
 	outage outage // what the logs say about a failing server (outage.go)
@@ -473,4 +473,77 @@ func (h *dueOrder) Pop() any {
 	old[len(old)-1] = waiter{}
 	*h = old[:len(old)-1]
 	return w
+}
+
+// dueNow makes every waiting batch due at now and opens the gate, for a
+// Close that waits for no retry; a batch that a consumer puts in the room
+// later (its outcome was decided before Close began) is due at once too.
+func (r *waitingRoom) dueNow(now time.Time) {
+	r.mu.Lock()
+	r.noWait = true
+	r.deadline, r.start = time.Time{}, time.Time{}
+	if r.answer != nil { // no episode, no probe (R64): nobody waits for one
+		close(r.answer)
+		r.answer = nil
+	}
+	for i := range r.waiting {
+		if r.waiting[i].due.After(now) {
+			r.waiting[i].due = now
+		}
+	}
+	heap.Init(&r.waiting)
+	r.mu.Unlock()
+	signal(r.ready)
+}
+
+// retryingLocked reports whether a batch waits for a counted retry; r.mu
+// is held.
+func (r *waitingRoom) retryingLocked() bool {
+	for _, w := range r.waiting {
+		if w.b.retryPending && !w.b.rateLimited {
+			return true
+		}
+	}
+	return false
+}
+
+// backlog is what waits in the room: batches, their events, and how long
+// until the first of them is due (-1: none waits).
+func (r *waitingRoom) backlog(now time.Time) (batches, events int, next time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	next = -1
+	for _, w := range r.waiting {
+		batches++
+		events += len(w.b.events)
+	}
+	if len(r.waiting) > 0 {
+		next = max(r.waiting[0].due.Sub(now), 0)
+	}
+	if r.deadline.After(now) && r.deadline.Sub(now) > next {
+		next = r.deadline.Sub(now)
+	}
+	return batches, events, next
+}
+
+// notAnswering reports whether the server is not answering, as Close in
+// durable mode judges it: the server is failing (see outage), and the
+// latest answer of all was a counted failure; or the rate-limit gate is
+// shut until deadline or later (a zero deadline: never so). Otherwise it
+// returns a channel closed at the next counted failure or Retry-After,
+// when it may have become so. last is the last counted failure's error.
+func (r *waitingRoom) notAnswering(deadline time.Time) (yes bool, changed <-chan struct{}, last error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	o := &r.outage
+	if o.on && r.health.seen > 0 && r.health.recent&1 == 1 {
+		return true, nil, o.lastErr
+	}
+	if !r.deadline.IsZero() && !deadline.IsZero() && !r.deadline.Before(deadline) {
+		return true, nil, nil
+	}
+	if o.changed == nil {
+		o.changed = make(chan struct{})
+	}
+	return false, o.changed, nil
 }
