@@ -72,12 +72,12 @@ type Client struct {
 	q            *queue
 	room         *waitingRoom
 	settle       *settler
-	keepMessages bool         // OnSuccess is registered: events carry a copy of their Message (see settler.messages)
-	defaults     *defaults    // WithDefaultContext, WithDefaultProperties; nil without them
-	disk         *durable     // WithDiskBuffer; nil in memory mode
-	limits       *limits      // the server's limits learned from its refusals (R67, R68)
-	noLibrary    bool         // shared.Compat NoLibrary (compat.go)
-	stopRetries  *atomic.Bool // shared.Compat FastClose: set when Close begins; nil without
+	keepMessages bool           // OnSuccess is registered: events carry a copy of their Message (see settler.messages)
+	defaults     *defaults      // WithDefaultContext, WithDefaultProperties; nil without them
+	disk         *durable       // WithDiskBuffer; nil in memory mode
+	limits       *learnedLimits // the server's limits learned from its refusals (R67, R68)
+	noLibrary    bool           // shared.Compat NoLibrary (compat.go)
+	stopRetries  *atomic.Bool   // shared.Compat FastClose: set when Close begins; nil without
 	// successName and errorName: what Close's error calls OnSuccess and
 	// OnError (shared.Compat; blockedCallbacks).
 	successName, errorName string
@@ -109,7 +109,7 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 	q := newQueue(places, s.FlushAt, batchEventBytes-len(s.compat.BodyFields), s.FlushInterval)
 	q.perEvent = eventSentAtExtra(s.EventSentAt) // R45 with R59
 	q.markBytesFor(markBatches(s.Consumers))     // R71, in bytes
-	lim := newLimits(q, s.writeKey)
+	lim := newLearnedLimits(q, s.writeKey)
 	cfg := s.Config
 	cfg.Endpoint = redactURL(cfg.Endpoint) // safe in every form: %+v, JSON, slog, zap.Any
 	if s.disk != nil {

@@ -2,6 +2,7 @@ package analytics
 
 import (
 	"context"
+	"net/http"
 	"time"
 
 	"go.uber.org/zap"
@@ -25,7 +26,7 @@ type consumer struct {
 	timer     *time.Timer
 	probe     chan struct{}     // the probe this consumer holds after a deadline, nil if none (R64)
 	onAttempt func(AttemptInfo) // WithAttemptHook; nil without
-	limits    *limits           // what the server's refusals taught (isolate.go)
+	limits    *learnedLimits    // what the server's refusals taught (learned.go)
 	trying    chan struct{}     // the turn of an untried body size this consumer holds, nil if none (R69)
 	outage    *outageLog        // lines about a failing server (outage.go)
 	search    int64             // the search for the body limit during which the attempt was sent (R67)
@@ -208,7 +209,7 @@ func (w *consumer) attempt(b *batch) {
 		w.settle.failed(b, b.lastErr) // Close waits for no retry (shared.Compat FastClose)
 		return
 	}
-	if w.adapt(b, resp, err, v, now) { // R66–R68 (isolate.go)
+	if w.adapt(b, resp, err, v, now) { // R66–R68: learned limits, cuts (cut.go)
 		return
 	}
 	switch v.outcome {
@@ -257,24 +258,15 @@ func (w *consumer) passGate(b *batch) bool {
 	if !g.shut() {
 		return true
 	}
-	if !w.room.wait(b, now) {
-		w.settle.handBack(b, nil)
-	}
+	w.park(b, now)
 	return false
 }
 
 // retryLater schedules a counted retry of b (R26–R28, R61), or fails it
 // when a budget is spent.
 func (w *consumer) retryLater(b *batch, now time.Time) {
-	if b.firstFailure.IsZero() {
-		b.firstFailure = now
-	}
-	if b.retries >= w.policy.maxRetries { // R27
-		w.settle.failed(b, &DeliveryError{Reason: ErrRetriesExhausted, Last: b.lastErr, Attempts: b.attempts})
-		return
-	}
-	if now.Sub(b.firstFailure) >= w.policy.maxBackoffTotal { // R28, D15
-		w.settle.failed(b, &DeliveryError{Reason: ErrBackoffDurationExceeded, Last: b.lastErr, Attempts: b.attempts})
+	if spent := w.policy.spent(b, now); spent != nil {
+		w.settle.failed(b, &DeliveryError{Reason: spent, Last: b.lastErr, Attempts: b.attempts})
 		return
 	}
 	k, healthy, line := w.room.failed(b, now) // R61: k restarts at every 2xx to anyone
@@ -289,26 +281,8 @@ func (w *consumer) retryLater(b *batch, now time.Time) {
 	b.retries++
 	b.retryPending = true
 	b.rateLimited = false
-	if !w.room.wait(b, now.Add(d)) {
-		w.settle.handBack(b, nil)
-	}
+	w.park(b, now.Add(d))
 	w.outage.write(line) // R51
-}
-
-// split answers a 413 (R3): b is cut into two halves, same events in the
-// same order, and both go to the waiting room due at once, the first half
-// first, so that one oversized event fails alone instead of taking the
-// others with it. Nothing was stored, so nothing is duplicated. Each half
-// carries on b's attempt count (X-Retry-Count continues, R7) and its
-// budgets: counted retries used, first counted failure, failure streak. A
-// split is not a retry of its own and spends no budget.
-func (w *consumer) split(b *batch, now time.Time) {
-	if !b.cut { // one line per refused batch, not one per piece (R51)
-		w.log.Debug("batch answered 413: halving it until its events fit", zap.Int("events", len(b.events)))
-	}
-	b.rateLimited, b.retryPending, b.cut = false, false, true
-	first, second := w.halve(b) // isolate.go
-	w.park(first, second, now, now)
 }
 
 // authorize sets the Authorization header of b's next attempt to the
@@ -348,16 +322,6 @@ func (w *consumer) authorize(b *batch) bool {
 // awaitsToken picks the batches that wait for an OAuth token (R50).
 func awaitsToken(b *batch) bool { return b.awaitToken }
 
-// eventBytes is the size of evs in a body: their JSON and the commas
-// between them (R45).
-func eventBytes(evs []event) int {
-	n := max(len(evs)-1, 0)
-	for i := range evs {
-		n += len(evs[i].data)
-	}
-	return n
-}
-
 func (w *consumer) endEpisode() {
 	if w.room.endEpisode() {
 		w.log.Debug("rate-limit episode ended")
@@ -386,4 +350,86 @@ func (w *consumer) observe(b *batch, start time.Time, resp response, err error) 
 	}
 	defer contain(w.log, userHook, nil)
 	w.onAttempt(info)
+}
+
+// ready reports whether b may be sent now. A body larger than any the
+// server has accepted waits until no other such body is on the wire (R69),
+// and is then looked at again, since that body's answer may have taught a
+// limit; the consumer holds the batch meanwhile, at most one attempt long.
+// Close's interruption ends the wait and hands b back. Once b may go, it
+// is cut down to the learned limits (fit).
+func (w *consumer) ready(b *batch) bool {
+	if w.limits == nil {
+		return true
+	}
+	for {
+		mine, wait := w.trying, (chan struct{})(nil) // the turn claimed with b, if any
+		if mine == nil {
+			mine, wait = w.limits.try(w.limits.size(b, w.q.perEvent))
+		}
+		if wait == nil {
+			w.trying = mine
+			w.search = w.limits.searches.Load()
+			w.fit(b)
+			if w.trying != nil && w.limits.tried(w.limits.size(b, w.q.perEvent)) {
+				w.endTry() // what is left of b is of a size the server took: others need not wait
+			}
+			return true
+		}
+		select {
+		case <-wait:
+		case <-w.interrupt.Done():
+			w.settle.handBack(b, nil)
+			return false
+		}
+	}
+}
+
+// endTry gives up the turn of an untried size this consumer holds, if any
+// (R69).
+func (w *consumer) endTry() {
+	if w.trying != nil {
+		w.limits.done(w.trying)
+		w.trying = nil
+	}
+}
+
+// adapt looks at the answer to b's attempt before it is settled: it
+// learns from 2xx and 413 answers (R67, R68), and it takes over b when a
+// 400 (R66) or repeated 429s without a usable Retry-After (R68) call for
+// halving, reporting true; then b is in the waiting room as two halves,
+// or failed.
+func (w *consumer) adapt(b *batch, resp response, err error, v verdict, now time.Time) bool {
+	if err != nil || w.limits == nil {
+		return false
+	}
+	size := w.sender.plainSize // the body as encoded, before gzip
+	estimate := w.limits.size(b, w.q.perEvent)
+	switch {
+	case v.outcome == outcomeDelivered:
+		b.tooMany = 0
+		w.limits.accepted(size, estimate, len(b.events))
+	case resp.status == http.StatusRequestEntityTooLarge && len(b.events) > 1:
+		b.tooMany = 0
+		w.limits.refusedSize(size, estimate, len(b.events), w.search)
+		w.log.Debug("batch answered 413: sending it again in pieces of the size being tried", // R51
+			zap.Int("events", len(b.events)), zap.Int("bodyBytes", w.limits.bodyLimit()))
+		// Instead of R3's halves, the batch waits, whole and due at once,
+		// to be cut at the size the search tries next when it may be sent
+		// (ready).
+		b.rateLimited, b.retryPending, b.cut = false, false, false
+		w.park(b, now)
+		return true
+	case resp.status == http.StatusBadRequest && v.outcome == outcomeFailed && len(b.events) > 1:
+		b.tooMany = 0
+		return w.isolate(b, now)
+	case resp.status == http.StatusTooManyRequests && v.outcome == outcomeRetry:
+		b.tooMany++
+		if b.tooMany >= 2 && len(b.events) > 1 && w.limits.tooManyForServer(len(b.events)) {
+			return w.splitTooMany(b, now)
+		}
+	default:
+		b.tooMany = 0
+	}
+	return false
 }

@@ -24,6 +24,24 @@ type retryPolicy struct {
 	stop       *atomic.Bool              // shared.Compat FastClose: no retry once set; nil without
 }
 
+// spent is the counted-retry budget b has used up at now, or nil while b
+// may be retried: ErrRetriesExhausted after maxRetries counted retries
+// (R27), ErrBackoffDurationExceeded once maxBackoffTotal has passed since
+// b's first counted failure (R28, D15). That failure is now if b has none
+// yet.
+func (p retryPolicy) spent(b *batch, now time.Time) error {
+	if b.firstFailure.IsZero() {
+		b.firstFailure = now
+	}
+	if b.retries >= p.maxRetries {
+		return ErrRetriesExhausted
+	}
+	if now.Sub(b.firstFailure) >= p.maxBackoffTotal {
+		return ErrBackoffDurationExceeded
+	}
+	return nil
+}
+
 // compatDelay is the counted-retry delay a shared.Compat RetryDelay sets,
 // clamped to the engine's budget; ok is false without one.
 func (p retryPolicy) compatDelay(k int) (d time.Duration, ok bool) {
