@@ -109,7 +109,7 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 	q := newQueue(places, s.FlushAt, batchEventBytes-len(s.compat.BodyFields), s.FlushInterval)
 	q.perEvent = eventSentAtExtra(s.EventSentAt) // R45 with R59
 	q.markBytesFor(markBatches(s.Consumers))     // R71, in bytes
-	lim := newLearnedLimits(q, s.writeKey)
+	lim := newLearnedLimits(q, bodyFrame(appendString(nil, s.writeKey), s.compat.BodyFields))
 	cfg := s.Config
 	cfg.Endpoint = redactURL(cfg.Endpoint) // safe in every form: %+v, JSON, slog, zap.Any
 	if s.disk != nil {

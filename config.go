@@ -59,8 +59,10 @@ const (
 	// MaxBatchBytes is the largest request body the client sends (R45).
 	MaxBatchBytes = 500_000
 
-	// batchEventBytes is where a batch closes: its events (with separators)
-	// never exceed it, leaving room in MaxBatchBytes for the envelope.
+	// batchEventBytes is where a batch closes: its events (with separators
+	// and, with WithEventSentAt, their sentAt) and the shared.Compat
+	// BodyFields never exceed it, leaving room in MaxBatchBytes for the
+	// rest of the frame (bodyFrame).
 	batchEventBytes = 475_000
 )
 
@@ -146,7 +148,7 @@ type settings struct {
 
 	defaultContext, defaultProperties map[string]any    // see defaults.go
 	attemptHook                       func(AttemptInfo) // WithAttemptHook
-	compat                            shared.Compat     // see compat.go
+	compat                            shared.Compat     // the segmentv3 seams (see the init below)
 }
 
 // Option configures a Client in New. Options are applied in order; a later
@@ -523,4 +525,29 @@ func redactURL(raw string) string {
 		return raw
 	}
 	return raw[:start] + "xxxxx" + raw[start+at:]
+}
+
+// Seams for the segment v3 compatibility package (segmentv3) and for
+// analyticstest's Fake. They are reached through internal/shared, so they
+// are not part of this package's API; see shared.Compat for what each
+// compatibility setting does.
+
+func init() {
+	shared.CompatOption = func(c shared.Compat) any {
+		return optionFunc(func(s *settings) {
+			if len(c.BodyFields) > 0 && !validBodyFields(c.BodyFields) {
+				s.errs = append(s.errs, invalid("BodyFields", len(c.BodyFields), "must be at most shared.MaxBodyFields bytes of JSON object members"))
+			}
+			s.compat = c
+		})
+	}
+	shared.MaxBodyFields = maxBodyFields
+	shared.CheckEndpoint = func(endpoint string) error {
+		return checkEndpoint(strings.TrimSuffix(endpoint, "/"))
+	}
+	shared.Prepare = func(m any, now func() time.Time, newID func() string) (any, error) {
+		msg, _ := m.(Message) // nil or not a Message: rejected as unknown below
+		return prepareDetached(msg, now, newID)
+	}
+	shared.Decode = func(raw []byte) (any, error) { return decodeMessage(raw) }
 }

@@ -21,14 +21,6 @@ import (
 //
 // How a batch over these limits is cut is in cut.go.
 
-// maxFrame is the most a body adds around its events: the envelope, the
-// longest sentAt and the write key (as encoded). Batches close at the
-// learned body limit less this (R67).
-func maxFrame(writeKey string) int {
-	return len(`{"batch":[],"sentAt":"","writeKey":}`) + len("2006-01-02T15:04:05.999999999Z") +
-		len(appendString(nil, writeKey))
-}
-
 // The search for a body limit (R67). A 413 costs a request and its round
 // trip; a body smaller than the limit costs requests for the life of the
 // client. So the search tries sizes between the largest body accepted and
@@ -52,7 +44,7 @@ const (
 // queue's byte and event budgets when it learns something.
 type learnedLimits struct {
 	q        *queue
-	frame    int // maxFrame of the write key
+	frame    int // bodyFrame: what a body adds around its events; batches close at the learned body limit less this (R67)
 	flushAt  int // the configured FlushAt
 	maxBytes int // the configured byte budget of a batch's events (R45)
 
@@ -74,8 +66,10 @@ type learnedLimits struct {
 	events atomic.Int64 // learned events per batch; 0: none (Stats.EventLimit)
 }
 
-func newLearnedLimits(q *queue, writeKey string) *learnedLimits {
-	return &learnedLimits{q: q, frame: maxFrame(writeKey), flushAt: q.flushAt, maxBytes: q.maxBytes}
+// newLearnedLimits starts with nothing learned; frame is the bodyFrame of
+// the client's bodies.
+func newLearnedLimits(q *queue, frame int) *learnedLimits {
+	return &learnedLimits{q: q, frame: frame, flushAt: q.flushAt, maxBytes: q.maxBytes}
 }
 
 // bodyLimit and eventLimit are the learned limits, 0 when none is known.

@@ -45,7 +45,8 @@ type sender struct {
 	secrets   []string // forms of the write key removed from server text
 	gzip      bool
 	eventSent bool
-	extra     []byte       // shared.Compat BodyFields (compat.go)
+	extra     []byte       // shared.Compat BodyFields
+	frame     int          // bodyFrame of writeKey and extra
 	zw        *gzip.Writer // reused across attempts
 	log       *zap.Logger  // for panics of the transport and its bodies (guard.go)
 
@@ -65,6 +66,7 @@ func newSender(s *settings, client *http.Client) *sender {
 		gzip:      s.Gzip,
 		eventSent: s.EventSentAt,
 		extra:     s.compat.BodyFields,
+		frame:     bodyFrame(appendString(nil, s.writeKey), s.compat.BodyFields),
 		log:       s.logger,
 	}
 }
@@ -95,6 +97,41 @@ func writeKeyForms(key string) []string {
 	return out
 }
 
+// bodyFrame is the most a body adds around its events (their JSON and
+// the commas between them): the envelope, the longest sentAt, the write
+// key as encoded (writeKey) and the shared.Compat BodyFields members
+// (extra), as encodeBody writes them. It is the one formula for the frame:
+// encodeBody sizes its buffer with it, and the learned body limit leaves
+// room for it (R67).
+func bodyFrame(writeKey, extra []byte) int {
+	n := len(`{"batch":[],"sentAt":"","writeKey":}`) + maxTimestampBytes + len(writeKey)
+	if len(extra) > 0 {
+		n += 1 + len(extra) // the comma before the members
+	}
+	return n
+}
+
+// maxBodyFields is the most shared.Compat BodyFields may take of a batch:
+// the rest still holds one event of MaxEventBytes.
+const maxBodyFields = batchEventBytes - MaxEventBytes
+
+// validBodyFields reports whether members are JSON object members that
+// take none of the body's own keys, within maxBodyFields.
+func validBodyFields(members []byte) bool {
+	if len(members) > maxBodyFields {
+		return false
+	}
+	obj := append(append([]byte{'{'}, members...), '}')
+	var m map[string]json.RawMessage
+	if bytes.HasPrefix(bytes.TrimSpace(members), []byte{','}) || json.Unmarshal(obj, &m) != nil {
+		return false
+	}
+	_, batch := m["batch"]
+	_, sentAt := m["sentAt"]
+	_, key := m["writeKey"]
+	return !batch && !sentAt && !key
+}
+
 // encodeBody writes {"batch":[…],"sentAt":…,"writeKey":…} into buf; sentAt
 // is the time of this attempt (R4), on every event too with WithEventSentAt
 // (R59).
@@ -102,8 +139,7 @@ func (s *sender) encodeBody(buf []byte, b *batch, sentAt time.Time) []byte {
 	var text [64]byte
 	stamp := appendTimestamp(text[:0], sentAt.UTC(), nil)
 	// The size is known: allocate once rather than grow by doubling.
-	const frame = len(`{"batch":[],"sentAt":"","writeKey":}`) + len("2006-01-02T15:04:05.999999999Z")
-	if need := b.bytes + len(b.events)*eventSentAtExtra(s.eventSent) + len(s.writeKey) + len(s.extra) + 1 + frame; cap(buf) < need {
+	if need := b.bytes + len(b.events)*eventSentAtExtra(s.eventSent) + s.frame; cap(buf) < need {
 		buf = make([]byte, 0, need)
 	}
 	buf = append(buf[:0], `{"batch":[`...)

@@ -3,17 +3,7 @@ package analytics
 import (
 	"fmt"
 	"time"
-
-	"github.com/relaykit/analytics-go/internal/shared"
 )
-
-func init() {
-	shared.Prepare = func(m any, now func() time.Time, newID func() string) (any, error) {
-		msg, _ := m.(Message) // nil or not a Message: rejected as unknown below
-		return prepareDetached(msg, now, newID)
-	}
-	shared.Decode = func(raw []byte) (any, error) { return decodeMessage(raw) }
-}
 
 // prepareDetached is the enqueue path of a client up to the queue, without
 // a client: prepareMessage with callbacks registered, then the size check of
