@@ -95,9 +95,9 @@ func (c *Client) accept(ctx context.Context, wait bool, sc *scratch, withCopy Me
 	}
 	ev.msg = withCopy
 	if wait {
-		err = c.q.pushWait(ctx, ev)
+		err = c.q.pushWait(ctx, &ev)
 	} else {
-		err = c.q.push(ev)
+		err = c.q.pushEvent(&ev)
 	}
 	if err != nil {
 		releaseEvents([]event{ev}) // not accepted: the queue holds no copy

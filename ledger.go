@@ -42,9 +42,6 @@ func (l *ledger) addN(n int) uint64 {
 	return l.current()
 }
 
-// done discharges one event of epoch.
-func (l *ledger) done(epoch uint64) { l.doneN(epoch, 1) }
-
 // doneN discharges n events of epoch.
 func (l *ledger) doneN(epoch uint64, n int) {
 	l.epochs[epoch-l.base].pending -= n

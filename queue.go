@@ -70,7 +70,11 @@ func signal(ch chan struct{}) {
 // on anything but the mutex. It wakes a consumer only when a batch opens
 // (its FlushInterval must be timed) or can close by count or bytes, not for
 // every event.
-func (q *queue) push(ev event) error {
+func (q *queue) push(ev event) error { return q.pushEvent(&ev) }
+
+// pushEvent is push with ev passed by reference: the hot path hands its
+// event down without copying it at every call (see Client.accept).
+func (q *queue) pushEvent(ev *event) error {
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
@@ -86,7 +90,7 @@ func (q *queue) push(ev event) error {
 // pushBelowMark is push for EnqueueContext: it also refuses (ErrQueueFull)
 // while the queued events are at the high-water mark (R71), though
 // QueueCapacity may have room.
-func (q *queue) pushBelowMark(ev event) error {
+func (q *queue) pushBelowMark(ev *event) error {
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
@@ -101,7 +105,7 @@ func (q *queue) pushBelowMark(ev event) error {
 
 // pushGranted is push with a place the capacity already gave this
 // producer (see capacity.await); after Close the place is returned.
-func (q *queue) pushGranted(ev event) error {
+func (q *queue) pushGranted(ev *event) error {
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
@@ -112,16 +116,17 @@ func (q *queue) pushGranted(ev event) error {
 	return q.pushLocked(ev)
 }
 
-// pushLocked queues ev, which has its place; it unlocks q.mu.
-func (q *queue) pushLocked(ev event) error {
+// pushLocked queues a copy of ev, which has its place; it unlocks q.mu.
+func (q *queue) pushLocked(ev *event) error {
 	if q.n == len(q.ring) {
 		q.grow()
 	}
-	ev.epoch = q.ledger.add()
-	q.ring[(q.head+q.n)%len(q.ring)] = ev
+	slot := &q.ring[q.ringIndex(q.n)]
+	*slot = *ev
+	slot.epoch = q.ledger.add()
 	q.n++
 	before := q.bytes
-	q.bytes += q.weight(ev)
+	q.bytes += q.weight(slot)
 	if q.n == 1 {
 		q.openedAt = time.Now()
 	}
@@ -141,7 +146,7 @@ func (q *queue) pushLocked(ev event) error {
 // batch's worth of places is free, or at Close. It waits while QueueCapacity
 // is reached, and also while the queued events are at the high-water mark
 // (R71): more queued events would not keep the consumers any busier.
-func (q *queue) pushWait(ctx context.Context, ev event) error {
+func (q *queue) pushWait(ctx context.Context, ev *event) error {
 	for {
 		if !q.places.queued() { // no barging past blocked producers
 			err := q.pushBelowMark(ev)
@@ -173,14 +178,24 @@ func (q *queue) grow() {
 func (q *queue) resize(size int) {
 	ring := make([]event, size)
 	for i := 0; i < q.n; i++ {
-		ring[i] = q.ring[(q.head+i)%len(q.ring)]
+		ring[i] = q.ring[q.ringIndex(i)]
 	}
 	q.ring, q.head = ring, 0
 }
 
 // weight is what ev adds to the body: its JSON, a comma, and the per-event
 // sentAt when that option is on (R45, R59).
-func (q *queue) weight(ev event) int { return len(ev.data) + 1 + q.perEvent }
+func (q *queue) weight(ev *event) int { return len(ev.data) + 1 + q.perEvent }
+
+// ringIndex is the ring slot of the i-th queued event (0 ≤ i < len(ring)):
+// the head plus i, wrapped once. A compare instead of a modulo, which would
+// divide on every push and pop of the hot path.
+func (q *queue) ringIndex(i int) int {
+	if i += q.head; i >= len(q.ring) {
+		i -= len(q.ring)
+	}
+	return i
+}
 
 // overBytes reports whether the queued events are more than one batch can
 // carry (R45).
@@ -227,14 +242,16 @@ func (q *queue) take(now time.Time) (*batch, time.Duration) {
 	}
 	b := newBatch(min(q.flushAt, q.n, 512))
 	for q.n > 0 && len(b.events) < q.flushAt {
-		size := len(q.ring[q.head].data)
+		ev := &q.ring[q.head]
+		size := len(ev.data)
 		if len(b.events) > 0 {
 			size++ // comma
 		}
 		if len(b.events) > 0 && b.bytes+size+(len(b.events)+1)*q.perEvent > q.maxBytes {
 			break
 		}
-		b.events = append(b.events, q.popLocked())
+		b.events = append(b.events, *ev)
+		q.dropHead(ev)
 		b.bytes += size
 	}
 	q.noteMark()
@@ -281,10 +298,10 @@ func (q *queue) load(evs []event) {
 	if q.n == 0 {
 		q.openedAt = time.Now()
 	}
-	for _, ev := range evs {
-		q.ring[(q.head+q.n)%len(q.ring)] = ev
+	for i := range evs {
+		q.ring[q.ringIndex(q.n)] = evs[i]
 		q.n++
-		q.bytes += q.weight(ev) // as push counts it, so popping evens out
+		q.bytes += q.weight(&evs[i]) // as push counts it, so popping evens out
 	}
 	q.noteMark()
 	q.mu.Unlock()
@@ -321,11 +338,19 @@ func (q *queue) dischargeRuns(runs []epochRun) {
 // popLocked removes the oldest queued event; q.n must be > 0.
 func (q *queue) popLocked() event {
 	ev := q.ring[q.head]
-	q.ring[q.head] = event{}
-	q.head = (q.head + 1) % len(q.ring)
-	q.n--
-	q.bytes -= q.weight(ev)
+	q.dropHead(&q.ring[q.head])
 	return ev
+}
+
+// dropHead removes the oldest queued event, head (the slot at q.head),
+// after the caller copied it; q.n must be > 0.
+func (q *queue) dropHead(head *event) {
+	q.bytes -= q.weight(head)
+	*head = event{}
+	if q.head++; q.head == len(q.ring) {
+		q.head = 0
+	}
+	q.n--
 }
 
 // close stops new events; it reports false if already closed.
@@ -359,8 +384,14 @@ func (q *queue) drain() []event {
 // (R41).
 func (q *queue) discharge(evs []event) {
 	q.mu.Lock()
-	for i := range evs {
-		q.ledger.done(evs[i].epoch)
+	for i := 0; i < len(evs); {
+		// A batch's events almost always share one epoch: one step per run.
+		epoch, j := evs[i].epoch, i+1
+		for j < len(evs) && evs[j].epoch == epoch {
+			j++
+		}
+		q.ledger.doneN(epoch, j-i)
+		i = j
 	}
 	q.mu.Unlock()
 }

@@ -234,6 +234,59 @@ func TestQueueByteCountDoesNotDrift(t *testing.T) {
 	})
 }
 
+// R41: a batch whose events were accepted on both sides of a Flush is
+// counted off the ledger event by event, whichever way its events are
+// grouped: the Flush's mark is reached once its own events have their
+// disposition, not before, and not after the later ones too; the ring's
+// wrap-around keeps every event in order.
+func TestDischargeAcrossAFlushMark(t *testing.T) {
+	q := newQueue(newCapacity(1<<20), 8, batchEventBytes, time.Hour)
+	for round := range 3 { // the ring (64 places) wraps around
+		var want []string
+		for i := range 20 {
+			id := fmt.Sprintf("%d-%d", round, i)
+			want = append(want, id)
+			require.NoError(t, q.push(event{data: []byte(`{"messageId":"` + id + `"}`)}))
+		}
+		flushed := q.mark() // the third batch holds its last 4 events and 3 later ones
+		for i := 20; i < 23; i++ {
+			id := fmt.Sprintf("%d-%d", round, i)
+			want = append(want, id)
+			require.NoError(t, q.push(event{data: []byte(`{"messageId":"` + id + `"}`)}))
+		}
+		var got []string
+		var batches []*batch
+		for {
+			b, _ := q.take(time.Now())
+			if b == nil {
+				break
+			}
+			for _, ev := range b.events {
+				got = append(got, string(ev.data[len(`{"messageId":"`):len(ev.data)-2]))
+			}
+			batches = append(batches, b)
+		}
+		require.Equal(t, want, got, "every event, in order")
+		require.Len(t, batches, 3, "8 + 8 + 7 (the flush takes the rest)")
+		q.discharge(batches[0].events)
+		q.discharge(batches[1].events)
+		select {
+		case <-flushed:
+			t.Fatal("the mark was reached with 4 of its events outstanding")
+		default:
+		}
+		q.discharge(batches[2].events[:4]) // the last 4 events of the flushed epoch
+		select {
+		case <-flushed:
+		default:
+			t.Fatal("the mark was not reached though all its events are done")
+		}
+		assert.Equal(t, 3, q.outstanding(), "the events after the mark")
+		q.discharge(batches[2].events[4:])
+		assert.Zero(t, q.outstanding())
+	}
+}
+
 // Blocked producers wait in a line: they are woken when a batch's worth of
 // places is free (wakeAt), or at once when the release is forced (the
 // queue runs dry), each given its own place, oldest first.
