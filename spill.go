@@ -188,19 +188,19 @@ const readerIdle = 100 * time.Millisecond
 // readerStopWait bounds how long Close waits for a read in progress.
 const readerStopWait = 100 * time.Millisecond
 
-// acceptDurable is accept in durable mode: it appends the event's JSON to
+// accept is Client.accept in durable mode: it appends the event's JSON to
 // the log (written to the OS before the call returns), then queues it in
 // memory, or leaves it on disk only when memory is full or events are
 // already on disk only. With wait (EnqueueContext) it waits for disk space
 // when the disk limit is reached; it never waits while the disk has room.
-func (c *Client) acceptDurable(ctx context.Context, wait bool, sc *scratch, withCopy Message) error {
-	d := c.disk
+// closed is the client's: set, a waiting call returns ErrClosed.
+func (d *durable) accept(ctx context.Context, wait bool, sc *scratch, withCopy Message, closed *atomic.Bool) error {
 	for {
 		var freed <-chan struct{}
 		if wait {
 			freed = d.log.Freed() // before the append: a reclaim after it is not missed
 		}
-		err := c.acceptDurableOnce(sc, withCopy)
+		err := d.acceptOnce(sc, withCopy)
 		if !wait || !errors.Is(err, ErrQueueFull) {
 			return err
 		}
@@ -210,15 +210,15 @@ func (c *Client) acceptDurable(ctx context.Context, wait bool, sc *scratch, with
 		case <-ctx.Done():
 			return fmt.Errorf("%w: %w", err, ctx.Err())
 		}
-		if c.closed.Load() {
+		if closed.Load() {
 			return ErrClosed
 		}
 	}
 }
 
-func (c *Client) acceptDurableOnce(sc *scratch, withCopy Message) error {
-	d := c.disk
-	q := c.q
+// acceptOnce is one try of accept.
+func (d *durable) acceptOnce(sc *scratch, withCopy Message) error {
+	q := d.q
 	data := sc.enc.buf
 	var ev event
 	d.mu.Lock()
