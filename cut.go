@@ -36,16 +36,6 @@ func (w *consumer) split(b *batch, now time.Time) {
 	w.splitAndPark(b, now, now)
 }
 
-// eventBytes is the size of evs in a body: their JSON and the commas
-// between them (R45).
-func eventBytes(evs []event) int {
-	n := max(len(evs)-1, 0)
-	for i := range evs {
-		n += len(evs[i].data)
-	}
-	return n
-}
-
 // fit cuts b down before it is sent while it is over a learned limit (R67,
 // R68): b keeps its first events, as many as the limit allows, and the
 // rest goes to the waiting room, due at once, to be looked at again when

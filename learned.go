@@ -79,7 +79,7 @@ func (l *learnedLimits) eventLimit() int { return int(l.events.Load()) }
 // size is how large b's body can be: its events, what the body adds to
 // each (R59) and the most the frame adds. It is known before b is encoded.
 func (l *learnedLimits) size(b *batch, perEvent int) int {
-	return b.bytes + len(b.events)*perEvent + l.frame
+	return b.inBody(perEvent) + l.frame
 }
 
 // raise sets a to v if v is larger.
@@ -323,7 +323,7 @@ func (l *learnedLimits) fitting(b *batch, perEvent int) int {
 	}
 	room, k := body-l.frame, 0 // room for the events, their commas and what the body adds to each
 	for used := -1; k < len(b.events); k++ {
-		used += len(b.events[k].data) + 1 + perEvent
+		used += weight(b.events[k].data, perEvent)
 		if used > room {
 			break
 		}

@@ -139,7 +139,7 @@ func (s *sender) encodeBody(buf []byte, b *batch, sentAt time.Time) []byte {
 	var text [64]byte
 	stamp := appendTimestamp(text[:0], sentAt.UTC(), nil)
 	// The size is known: allocate once rather than grow by doubling.
-	if need := b.bytes + len(b.events)*eventSentAtExtra(s.eventSent) + s.frame; cap(buf) < need {
+	if need := b.inBody(eventSentAtExtra(s.eventSent)) + s.frame; cap(buf) < need {
 		buf = make([]byte, 0, need)
 	}
 	buf = append(buf[:0], `{"batch":[`...)
