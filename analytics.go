@@ -51,7 +51,8 @@ var _ Tracker = (*Client)(nil)
 // reuse or change it after the call.
 //
 // Events flow one way: the queue (queue.go) → a consumer (consumer.go),
-// which sends one attempt (request.go) → the verdict settles the batch
+// which cuts a batch to the limits the server taught (learned.go, cut.go)
+// and sends one attempt (request.go) → the verdict settles the batch
 // (settle.go) or puts it in the waiting room (ratelimit.go) until it may be
 // sent again; a waiting batch holds no consumer.
 //
@@ -91,6 +92,30 @@ type Client struct {
 	auth            *tokenSource    // WithOAuth's token goroutine; nil without OAuth
 	outage          *outageLog      // lines about a failing server (outage.go)
 }
+
+// Lock order. These are all the mutexes of the package, and those of
+// internal/diskbuf taken while a lock of this package is held. A goroutine
+// holding one of them takes only mutexes below it in this list, never one
+// above:
+//
+//  1. durable.mu (spill.go): an enqueue call's append and its
+//     memory-or-disk decision, and the disk reader's hand-over. While it
+//     is held, the append takes diskbuf's Log.mu and the push queue.mu.
+//  2. learnedLimits.mu (learned.go): applyLocked hands the new budget to
+//     queue.setBudget, which takes queue.mu, then capacity.mu.
+//  3. waitingRoom.mu (ratelimit.go): holding and releasing places takes
+//     capacity.mu.
+//  4. queue.mu (queue.go): close wakes the blocked producers under it
+//     (capacity.mu).
+//  5. capacity.mu (queue.go): the line of blocked EnqueueContext calls.
+//  6. diskbuf Log.mu, then Log.ackMu (internal/diskbuf): the log's
+//     appends and segments, then its acknowledgement file.
+//
+// The rest are leaves, under which no other mutex is taken:
+// tokenSource.mu (oauth.go), settler.dropMu (settle.go; the rejection
+// warning is logged under it) and isolation.mu (cut.go). The
+// durable.beforeBatch hook of queue.take (queue.onTake) runs after
+// queue.mu is released.
 
 // New returns a started Client that sends to writeKey's source. Invalid
 // options make it return a *ConfigError naming the field. An empty write

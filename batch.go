@@ -34,7 +34,6 @@ type batch struct {
 	streak       int        // counted failures since the server last answered 2xx (R61)
 	firstFailure time.Time  // first counted failure, monotonic (R28)
 	lastErr      error      // last *HTTPError or *TransportError
-	lastStatus   int        // last HTTP status received, 0 if none
 	tooMany      int        // 429s without a usable Retry-After in a row (R68)
 	isolation    *isolation // request budget of a 400 being isolated (R66); nil if none
 	cut          bool       // a half of a split (R3, R66, R68): sent as it is

@@ -69,7 +69,7 @@ func (w *consumer) next() *batch {
 			}
 			continue
 		}
-		mine, answer := w.claim()
+		mine, answer := w.limits.claim() // the turn of an untried size (R69)
 		if answer != nil {
 			if !w.sleepUntil(answer) {
 				return nil
@@ -93,15 +93,6 @@ func (w *consumer) next() *batch {
 			return nil
 		}
 	}
-}
-
-// claim asks for the turn of an untried size before a new batch is taken
-// (limits.claim, R69); both nil without learned limits.
-func (w *consumer) claim() (mine, wait chan struct{}) {
-	if w.limits == nil {
-		return nil, nil
-	}
-	return w.limits.claim()
 }
 
 // sleepUntil waits for answer, a due batch in the waiting room, retire or
@@ -158,14 +149,15 @@ func (w *consumer) sleep(d time.Duration, retire <-chan struct{}) bool {
 	return true
 }
 
-// attempt makes one attempt of b and passes b on as classify decides. The
+// attempt makes one attempt of b and passes b on as classify decides,
+// unless adapt takes it over to cut it (R66–R68). The
 // loop around attempts is ours.
 func (w *consumer) attempt(b *batch) {
 	defer w.endProbe() // the probe's answer is in (or it was never sent): R64
 	defer w.endTry()   // likewise for a body of an untried size: R69
-	// ready: a batch over a learned limit is cut before it is sent (R67,
+	// readyToSend: a batch over a learned limit is cut before it is sent (R67,
 	// R68); one of an untried size waits for the one on the wire (R69).
-	if !w.ready(b) || !w.passGate(b) || !w.authorize(b) {
+	if !w.readyToSend(b) || !w.passGate(b) || !w.authorize(b) {
 		return
 	}
 	if b.retryPending {
@@ -189,9 +181,6 @@ func (w *consumer) attempt(b *batch) {
 	}
 
 	v := classify(resp, err, attemptOf{now: now, events: len(b.events), bearer: w.auth != nil})
-	if err == nil {
-		b.lastStatus = resp.status
-	}
 	if v.dropToken {
 		w.auth.invalidate(w.sender.auth) // R50
 	}
@@ -352,16 +341,13 @@ func (w *consumer) observe(b *batch, start time.Time, resp response, err error) 
 	w.onAttempt(info)
 }
 
-// ready reports whether b may be sent now. A body larger than any the
+// readyToSend reports whether b may be sent now. A body larger than any the
 // server has accepted waits until no other such body is on the wire (R69),
 // and is then looked at again, since that body's answer may have taught a
 // limit; the consumer holds the batch meanwhile, at most one attempt long.
 // Close's interruption ends the wait and hands b back. Once b may go, it
 // is cut down to the learned limits (fit).
-func (w *consumer) ready(b *batch) bool {
-	if w.limits == nil {
-		return true
-	}
+func (w *consumer) readyToSend(b *batch) bool {
 	for {
 		mine, wait := w.trying, (chan struct{})(nil) // the turn claimed with b, if any
 		if mine == nil {
@@ -400,7 +386,7 @@ func (w *consumer) endTry() {
 // halving, reporting true; then b is in the waiting room as two halves,
 // or failed.
 func (w *consumer) adapt(b *batch, resp response, err error, v verdict, now time.Time) bool {
-	if err != nil || w.limits == nil {
+	if err != nil {
 		return false
 	}
 	size := w.sender.plainSize // the body as encoded, before gzip
@@ -416,7 +402,7 @@ func (w *consumer) adapt(b *batch, resp response, err error, v verdict, now time
 			zap.Int("events", len(b.events)), zap.Int("bodyBytes", w.limits.bodyLimit()))
 		// Instead of R3's halves, the batch waits, whole and due at once,
 		// to be cut at the size the search tries next when it may be sent
-		// (ready).
+		// (readyToSend).
 		b.rateLimited, b.retryPending, b.cut = false, false, false
 		w.park(b, now)
 		return true

@@ -40,7 +40,7 @@ func (w *consumer) split(b *batch, now time.Time) {
 // R68): b keeps its first events, as many as the limit allows, and the
 // rest goes to the waiting room, due at once, to be looked at again when
 // its turn comes. A batch whose body is over the limit is cut only by the
-// consumer that may send a body of an untried size (ready), so the piece
+// consumer that may send a body of an untried size (readyToSend), so the piece
 // it sends is the size the search tries next.
 func (w *consumer) fit(b *batch) {
 	for w.limits.tooLarge(b, w.q.perEvent) {

@@ -40,7 +40,7 @@ type queue struct {
 
 	ready chan struct{} // cap 1: a batch may be ready, or its interval must be timed
 
-	onTake func() // durable mode: runs when a batch is taken (FsyncEveryBatch); nil otherwise
+	onTake func() // durable mode: runs when a batch is taken (durable.beforeBatch, which syncs only with FsyncEveryBatch); nil in memory mode
 }
 
 func newQueue(places *capacity, flushAt, maxBytes int, interval time.Duration) *queue {

@@ -380,10 +380,9 @@ func (r *waitingRoom) endProbe(probe chan struct{}) {
 
 // turn is what a free consumer gets from the waiting room.
 type turn struct {
-	b     *batch        // the batch to send, nil if none is due
-	wait  time.Duration // with b nil: how long until one is due or the gate opens; -1: none waits
-	gate  gateState
-	paced bool // a counted retry is due but waits for the retry allowance (R63)
+	b    *batch        // the batch to send, nil if none is due
+	wait time.Duration // with b nil: how long until one is due or the gate opens; -1: none waits
+	gate gateState
 }
 
 // next passes the gate and takes the batch that has been due longest
@@ -412,7 +411,7 @@ func (r *waitingRoom) next(now time.Time, held chan struct{}) (t turn) {
 	if first.b.retryPending && !first.b.rateLimited && !r.unpaced {
 		if wait := r.health.allowed(now); wait > 0 {
 			r.mu.Unlock()
-			t.wait, t.paced = wait, true
+			t.wait = wait
 			return t
 		}
 		r.health.tokens--

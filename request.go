@@ -473,9 +473,11 @@ func newHTTPClient(s *settings) *http.Client {
 	return &c
 }
 
-// outcome is the decision for one attempt. A new way of handling an
-// answer is a new outcome here, decided in classify, and a case in
-// consumer.attempt.
+// outcome is the decision for one attempt, as classify takes it from the
+// answer alone. A new way of handling an answer is a new outcome here,
+// decided in classify, and a case in consumer.attempt; consumer.adapt may
+// still take a batch over before its outcome is acted on, for what the
+// server's refusals teach (R66–R68).
 type outcome int
 
 const (
@@ -505,8 +507,10 @@ type attemptOf struct {
 }
 
 // classify decides the outcome of one attempt from what it got: a
-// response (err == nil) or a transport error. Every outcome is decided
-// here; the body never matters (R3, R9–R16, R25, R50).
+// response (err == nil) or a transport error; the body never matters (R3,
+// R9–R16, R25, R50). It looks at the answer alone: consumer.adapt may then
+// cut a batch of several events instead of failing it on a 400 (R66) or
+// retrying it whole after repeated 429s (R68).
 func classify(r response, err error, a attemptOf) verdict {
 	if err != nil {
 		te := &TransportError{Err: err, Retryable: classifyTransportError(err)}
@@ -565,7 +569,7 @@ func retryableStatus(status int) bool {
 		// MaxTotalBackoffDuration, for parity with the conformance suite.
 		return true
 	case 501, 505, 511:
-		return false // R13; with OAuth, the consumer retries 511 with a fresh token (R50)
+		return false // R13; with OAuth, classify makes 511 a counted retry with a fresh token (R50)
 	}
 	return status >= 500 && status <= 599
 }
