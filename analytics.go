@@ -196,7 +196,7 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 	c.consumers.Add(s.Consumers)
 	for i := 0; i < s.Consumers; i++ {
 		w := &consumer{
-			q: c.q, room: c.room, sender: newSender(&s, httpClient), auth: c.auth, settle: c.settle,
+			q: c.q, room: c.room, transport: newSender(&s, httpClient), auth: c.auth, settle: c.settle,
 			policy: policy, log: c.log, interrupt: c.interrupt, retire: c.retire, onAttempt: s.attemptHook,
 			limits: lim, outage: c.outage,
 		}

@@ -2,7 +2,6 @@ package analytics
 
 import (
 	"context"
-	"net/http"
 	"time"
 
 	"go.uber.org/zap"
@@ -16,7 +15,8 @@ import (
 type consumer struct {
 	q         *queue
 	room      *waitingRoom
-	sender    *sender
+	transport transport    // one attempt of a batch (request.go)
+	bearer    string       // the OAuth Authorization header of the next attempt; "" without OAuth (R50)
 	auth      *tokenSource // nil without OAuth (R50)
 	settle    *settler
 	policy    retryPolicy
@@ -166,39 +166,39 @@ func (w *consumer) attempt(b *batch) {
 	}
 	ctx, cancel := context.WithTimeout(w.interrupt, w.policy.httpTimeout) // R8
 	start := w.startAttempt()
-	resp, err := w.sender.send(ctx, b)
+	r := w.transport.attempt(ctx, b, w.bearer)
 	cancel()
-	w.observe(b, start, resp, err)
+	w.observe(b, start, r)
 	b.attempts++
 	w.settle.stats.requests.Add(1)
 	if b.isolation != nil {
 		b.isolation.requests.Add(1)
 	}
 	now := time.Now()
-	if err != nil && w.interrupt.Err() != nil {
-		w.settle.handBack(b, err) // cancelled on the wire: the server may have it (R40)
+	if r.cause != nil && w.interrupt.Err() != nil {
+		w.settle.handBack(b, r.cause) // cancelled on the wire: the server may have it (R40)
 		return
 	}
 
-	v := classify(resp, err, attemptOf{now: now, events: len(b.events), bearer: w.auth != nil})
+	v := r.verdict
 	if v.dropToken {
-		w.auth.invalidate(w.sender.auth) // R50
+		w.auth.invalidate(w.bearer) // R50
 	}
 	if v.outcome != outcomeDelivered {
 		b.lastErr = v.err
 	}
 	if v.retryAfter == retryAfterInvalid {
 		w.log.Warn("unparseable Retry-After; retrying with backoff", // R25, R51
-			zap.String("retryAfter", resp.retryAfter), zap.Int("status", resp.status))
+			zap.String("retryAfter", r.retryAfter), zap.Int("status", r.status))
 	}
-	if err == nil && v.outcome != outcomeRateLimited {
+	if r.cause == nil && v.outcome != outcomeRateLimited {
 		w.endEpisode() // R34: a response without a usable Retry-After; a transport error is no response
 	}
 	if (v.outcome == outcomeRetry || v.outcome == outcomeRateLimited) && w.policy.stopped() {
 		w.settle.failed(b, b.lastErr) // Close waits for no retry (shared.Compat FastClose)
 		return
 	}
-	if w.adapt(b, resp, err, v, now) { // R66–R68: learned limits, cuts (cut.go)
+	if w.adapt(b, r, now) { // R66–R68: learned limits, cuts (cut.go)
 		return
 	}
 	switch v.outcome {
@@ -214,7 +214,7 @@ func (w *consumer) attempt(b *batch) {
 		w.settle.stats.rateLimited.Add(1)
 		opened, expired, ok := w.room.rateLimited(now, v.delay, b) // R31, R32
 		if opened {
-			w.log.Debug("rate-limit episode started", zap.Int("status", resp.status), durationField("retryAfter", v.delay)) // R51
+			w.log.Debug("rate-limit episode started", zap.Int("status", r.status), durationField("retryAfter", v.delay)) // R51
 		}
 		w.settle.rateLimitExceeded(expired) // R35; b among them
 		if !ok {
@@ -287,7 +287,7 @@ func (w *consumer) authorize(b *batch) bool {
 	header, due, failure := w.auth.token(now)
 	if header != "" {
 		b.awaitToken = false
-		w.sender.auth = header
+		w.bearer = header
 		return true
 	}
 	if failure != nil && failure.Permanent {
@@ -328,15 +328,12 @@ func (w *consumer) startAttempt() time.Time {
 
 // observe reports an attempt of b (before b.attempts counts it) to the
 // hook, if any.
-func (w *consumer) observe(b *batch, start time.Time, resp response, err error) {
+func (w *consumer) observe(b *batch, start time.Time, r attemptResult) {
 	if w.onAttempt == nil {
 		return
 	}
-	info := AttemptInfo{Events: len(b.events), Bytes: w.sender.sent, Retry: b.attempts,
-		Duration: time.Since(start), Err: err}
-	if err == nil {
-		info.Status = resp.status
-	}
+	info := AttemptInfo{Events: len(b.events), Bytes: r.sent, Retry: b.attempts,
+		Duration: time.Since(start), Err: r.cause, Status: r.status}
 	defer contain(w.log, userHook, nil)
 	w.onAttempt(info)
 }
@@ -385,17 +382,18 @@ func (w *consumer) endTry() {
 // 400 (R66) or repeated 429s without a usable Retry-After (R68) call for
 // halving, reporting true; then b is in the waiting room as two halves,
 // or failed.
-func (w *consumer) adapt(b *batch, resp response, err error, v verdict, now time.Time) bool {
-	if err != nil {
+func (w *consumer) adapt(b *batch, r attemptResult, now time.Time) bool {
+	if r.cause != nil {
 		return false
 	}
-	size := w.sender.plainSize // the body as encoded, before gzip
+	v := r.verdict
+	size := r.plainSize // the body as encoded, before gzip
 	estimate := w.limits.size(b, w.q.perEvent)
 	switch {
 	case v.outcome == outcomeDelivered:
 		b.tooMany = 0
 		w.limits.accepted(size, estimate, len(b.events))
-	case resp.status == http.StatusRequestEntityTooLarge && len(b.events) > 1:
+	case r.refused == refusedBody && len(b.events) > 1:
 		b.tooMany = 0
 		w.limits.refusedSize(size, estimate, len(b.events), w.search)
 		w.log.Debug("batch answered 413: sending it again in pieces of the size being tried", // R51
@@ -406,10 +404,10 @@ func (w *consumer) adapt(b *batch, resp response, err error, v verdict, now time
 		b.rateLimited, b.retryPending, b.cut = false, false, false
 		w.park(b, now)
 		return true
-	case resp.status == http.StatusBadRequest && v.outcome == outcomeFailed && len(b.events) > 1:
+	case r.refused == refusedBatch && v.outcome == outcomeFailed && len(b.events) > 1:
 		b.tooMany = 0
 		return w.isolate(b, now)
-	case resp.status == http.StatusTooManyRequests && v.outcome == outcomeRetry:
+	case r.refused == refusedTooMany && v.outcome == outcomeRetry:
 		b.tooMany++
 		if b.tooMany >= 2 && len(b.events) > 1 && w.limits.tooManyForServer(len(b.events)) {
 			return w.splitTooMany(b, now)

@@ -251,6 +251,65 @@ type response struct {
 	location   string // a 3xx's Location, resolved, redacted and bounded
 }
 
+// transport is what a consumer needs for one attempt of a batch: send b
+// and judge the answer. The consumer acts on the result and never reads
+// the protocol behind it; sender is the HTTP transport. bearer is the
+// Authorization header of an OAuth client (R50), "" without OAuth. The
+// attempt is bounded by ctx.
+type transport interface {
+	attempt(ctx context.Context, b *batch, bearer string) attemptResult
+}
+
+// attemptResult is one attempt's answer, judged: what a consumer acts on,
+// in terms that do not depend on the protocol.
+type attemptResult struct {
+	verdict            // classify's decision
+	cause      error   // why no answer came (the transport error); nil when one came
+	refused    refusal // what the server refused of the batch, for the learned limits and the cuts
+	status     int     // the answer's status, 0 without one: for AttemptInfo and the logs only
+	retryAfter string  // the Retry-After as received, for the logs only
+	sent       int     // the body's size as sent
+	plainSize  int     // and before compression
+}
+
+// refusal is what an answer says the server refused of a batch, beyond
+// its outcome (R66–R68).
+type refusal int
+
+const (
+	refusedNone    refusal = iota
+	refusedBody            // the body was too large (413)
+	refusedBatch           // the request as a whole was bad (400)
+	refusedTooMany         // too many requests (429)
+)
+
+// refusalOf is the refusal a status says.
+func refusalOf(status int) refusal {
+	switch status {
+	case http.StatusRequestEntityTooLarge:
+		return refusedBody
+	case http.StatusBadRequest:
+		return refusedBatch
+	case http.StatusTooManyRequests:
+		return refusedTooMany
+	}
+	return refusedNone
+}
+
+// attempt sends b (send) and judges the answer (classify).
+func (s *sender) attempt(ctx context.Context, b *batch, bearer string) attemptResult {
+	if bearer != "" {
+		s.auth = bearer
+	}
+	resp, err := s.send(ctx, b)
+	r := attemptResult{cause: err, sent: s.sent, plainSize: s.plainSize}
+	r.verdict = classify(resp, err, attemptOf{now: time.Now(), events: len(b.events), bearer: bearer != ""})
+	if err == nil {
+		r.status, r.retryAfter, r.refused = resp.status, resp.retryAfter, refusalOf(resp.status)
+	}
+	return r
+}
+
 // send makes one attempt. A nil error means a status line was received.
 func (s *sender) send(ctx context.Context, b *batch) (response, error) {
 	sentAt := time.Now()
