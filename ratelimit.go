@@ -35,10 +35,12 @@ type waitingRoom struct {
 
 	health health
 	outage outage // what the logs say about a failing server (outage.go)
-	// release is the first counted wait d_1 (R62): after a 2xx, no counted
-	// retry stays due later than this.
-	release time.Duration
-	latest  time.Time // no counted retry waits later than this (zero: none waits)
+	// release is the first counted wait d_1 (R62), and releaseMax its
+	// longest draw: after a 2xx, no counted retry stays due later than
+	// that. Both come from the backoff policy (retry.go), which no option
+	// changes.
+	release, releaseMax time.Duration
+	latest              time.Time // no counted retry waits later than this (zero: none waits)
 
 	ready chan struct{} // cap 1: a batch arrived, or more are due
 }
@@ -47,7 +49,7 @@ func newWaitingRoom(limit time.Duration, places *capacity) *waitingRoom {
 	return &waitingRoom{
 		limit: limit, places: places, ready: make(chan struct{}, 1),
 		health:  health{tokens: allowanceBurst},
-		release: defaultBackoffPolicy().InitialInterval,
+		release: defaultBackoffPolicy().InitialInterval, releaseMax: defaultBackoffPolicy().longestFirst(),
 	}
 }
 
@@ -169,7 +171,7 @@ func (r *waitingRoom) succeeded(now time.Time) (line outageLine) {
 	line = r.outage.success(&r.health, now, r.retryingLocked)
 	r.health.refill(now)
 	r.health.tokens = min(allowanceBurst, r.health.tokens+allowancePerSuccess)
-	horizon := now.Add(r.release + r.release/10) // d_1's longest draw
+	horizon := now.Add(r.releaseMax)
 	if r.latest.IsZero() || !r.latest.After(horizon) {
 		r.mu.Unlock()
 		return line

@@ -100,6 +100,12 @@ func (p backoffPolicy) delay(k int) time.Duration {
 // maxBackoffSteps bounds the NextBackOff calls delay makes.
 const maxBackoffSteps = 64
 
+// longestFirst is the longest first delay (k = 1) delay draws:
+// InitialInterval × (1 + RandomizationFactor).
+func (p backoffPolicy) longestFirst() time.Duration {
+	return p.InitialInterval + time.Duration(float64(p.InitialInterval)*p.RandomizationFactor)
+}
+
 // newBackoff is the ExponentialBackOff of p: counted-retry delays and the
 // OAuth token source's.
 func newBackoff(p backoffPolicy) *backoff.ExponentialBackOff {
