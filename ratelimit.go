@@ -285,10 +285,7 @@ func (r *waitingRoom) rateLimited(now time.Time, d time.Duration, b *batch) (ope
 // waits for a deadline. Batches waiting for their backoff stay.
 func (r *waitingRoom) expireLocked() []*batch {
 	r.start, r.deadline = time.Time{}, time.Time{}
-	if r.answer != nil { // no episode, no probe: everyone may go
-		close(r.answer)
-		r.answer = nil
-	}
+	r.answerProbeLocked() // no episode, no probe: everyone may go
 	var expired []*batch
 	kept := r.waiting[:0]
 	for _, w := range r.waiting {
@@ -374,8 +371,7 @@ func (r *waitingRoom) gateLocked(now time.Time, held chan struct{}) (g gateState
 func (r *waitingRoom) endProbe(probe chan struct{}) {
 	r.mu.Lock()
 	if r.answer != nil && r.answer == probe {
-		close(r.answer)
-		r.answer = nil
+		r.answerProbeLocked()
 	}
 	r.mu.Unlock()
 }
@@ -483,10 +479,7 @@ func (r *waitingRoom) dueNow(now time.Time) {
 	r.mu.Lock()
 	r.noWait = true
 	r.deadline, r.start = time.Time{}, time.Time{}
-	if r.answer != nil { // no episode, no probe (R64): nobody waits for one
-		close(r.answer)
-		r.answer = nil
-	}
+	r.answerProbeLocked() // no episode, no probe (R64): nobody waits for one
 	for i := range r.waiting {
 		if r.waiting[i].due.After(now) {
 			r.waiting[i].due = now
@@ -547,4 +540,13 @@ func (r *waitingRoom) notAnswering(deadline time.Time) (yes bool, changed <-chan
 		o.changed = make(chan struct{})
 	}
 	return false, o.changed, nil
+}
+
+// answerProbeLocked ends the probe, if one is out (R64): whoever waits for
+// its answer goes on. r.mu is held.
+func (r *waitingRoom) answerProbeLocked() {
+	if r.answer != nil {
+		close(r.answer)
+		r.answer = nil
+	}
 }
