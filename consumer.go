@@ -160,6 +160,12 @@ func (w *consumer) attempt(b *batch) {
 	if !w.readyToSend(b) || !w.passGate(b) || !w.authorize(b) {
 		return
 	}
+	if w.interrupt.Err() != nil {
+		// Close interrupted delivery while b waited (for its turn, the
+		// gate or a token): no request after that (R38, R39).
+		w.settle.handBack(b, nil)
+		return
+	}
 	if b.retryPending {
 		b.retryPending = false
 		w.settle.stats.retries.Add(1)
