@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -47,19 +46,4 @@ func (l pidLock) Close() error {
 		err = rerr
 	}
 	return err
-}
-
-// lockDir locks dir with the file LockName in it (this platform cannot
-// lock a directory itself) and returns the directory's identity.
-func lockDir(dir string) (io.Closer, os.FileInfo, error) {
-	lock, err := lockFile(filepath.Join(dir, LockName))
-	if err != nil {
-		return nil, nil, err
-	}
-	fi, err := os.Stat(dir)
-	if err != nil {
-		lock.Close()
-		return nil, nil, err
-	}
-	return lock, fi, nil
 }

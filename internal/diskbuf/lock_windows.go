@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"os"
-	"path/filepath"
 	"syscall"
 )
 
@@ -31,18 +30,3 @@ func lockFile(path string) (io.Closer, error) {
 // errSharingViolation is ERROR_SHARING_VIOLATION, which package syscall
 // does not name.
 const errSharingViolation = syscall.Errno(32)
-
-// lockDir locks dir with the file LockName in it (this platform cannot
-// lock a directory itself) and returns the directory's identity.
-func lockDir(dir string) (io.Closer, os.FileInfo, error) {
-	lock, err := lockFile(filepath.Join(dir, LockName))
-	if err != nil {
-		return nil, nil, err
-	}
-	fi, err := os.Stat(dir)
-	if err != nil {
-		lock.Close()
-		return nil, nil, err
-	}
-	return lock, fi, nil
-}
