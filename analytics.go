@@ -51,7 +51,8 @@ var _ Tracker = (*Client)(nil)
 // reuse or change it after the call.
 //
 // Events flow one way: the queue (queue.go) → a consumer (consumer.go),
-// which sends one attempt (request.go) → the verdict settles the batch
+// which cuts a batch to the limits the server taught (learned.go, cut.go)
+// and sends one attempt (request.go) → the verdict settles the batch
 // (settle.go) or puts it in the waiting room (ratelimit.go) until it may be
 // sent again; a waiting batch holds no consumer.
 //
@@ -72,12 +73,12 @@ type Client struct {
 	q            *queue
 	room         *waitingRoom
 	settle       *settler
-	keepMessages bool         // OnSuccess is registered: events carry a copy of their Message (see settler.messages)
-	defaults     *defaults    // WithDefaultContext, WithDefaultProperties; nil without them
-	disk         *durable     // WithDiskBuffer; nil in memory mode
-	limits       *limits      // the server's limits learned from its refusals (R67, R68)
-	noLibrary    bool         // shared.Compat NoLibrary (compat.go)
-	stopRetries  *atomic.Bool // shared.Compat FastClose: set when Close begins; nil without
+	keepMessages bool           // OnSuccess is registered: events carry a copy of their Message (see settler.messages)
+	defaults     *defaults      // WithDefaultContext, WithDefaultProperties; nil without them
+	disk         *durable       // WithDiskBuffer; nil in memory mode
+	limits       *learnedLimits // the server's limits learned from its refusals (R67, R68)
+	noLibrary    bool           // shared.Compat NoLibrary (compat.go)
+	stopRetries  *atomic.Bool   // shared.Compat FastClose: set when Close begins; nil without
 	// successName and errorName: what Close's error calls OnSuccess and
 	// OnError (shared.Compat; blockedCallbacks).
 	successName, errorName string
@@ -91,6 +92,30 @@ type Client struct {
 	auth            *tokenSource    // WithOAuth's token goroutine; nil without OAuth
 	outage          *outageLog      // lines about a failing server (outage.go)
 }
+
+// Lock order. These are all the mutexes of the package, and those of
+// internal/diskbuf taken while a lock of this package is held. A goroutine
+// holding one of them takes only mutexes below it in this list, never one
+// above:
+//
+//  1. durable.mu (spill.go): an enqueue call's append and its
+//     memory-or-disk decision, and the disk reader's hand-over. While it
+//     is held, the append takes diskbuf's Log.mu and the push queue.mu.
+//  2. learnedLimits.mu (learned.go): applyLocked hands the new budget to
+//     queue.setBudget, which takes queue.mu, then capacity.mu.
+//  3. waitingRoom.mu (ratelimit.go): holding and releasing places takes
+//     capacity.mu.
+//  4. queue.mu (queue.go): close wakes the blocked producers under it
+//     (capacity.mu).
+//  5. capacity.mu (queue.go): the line of blocked EnqueueContext calls.
+//  6. diskbuf Log.mu, then Log.ackMu (internal/diskbuf): the log's
+//     appends and segments, then its acknowledgement file.
+//
+// The rest are leaves, under which no other mutex is taken:
+// tokenSource.mu (oauth.go), settler.dropMu (settle.go; the rejection
+// warning is logged under it) and isolation.mu (cut.go). The
+// durable.beforeBatch hook of queue.take (queue.onTake) runs after
+// queue.mu is released.
 
 // New returns a started Client that sends to writeKey's source. Invalid
 // options make it return a *ConfigError naming the field. An empty write
@@ -109,7 +134,7 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 	q := newQueue(places, s.FlushAt, batchEventBytes-len(s.compat.BodyFields), s.FlushInterval)
 	q.perEvent = eventSentAtExtra(s.EventSentAt) // R45 with R59
 	q.markBytesFor(markBatches(s.Consumers))     // R71, in bytes
-	lim := newLimits(q, s.writeKey)
+	lim := newLearnedLimits(q, bodyFrame(appendString(nil, s.writeKey), s.compat.BodyFields))
 	cfg := s.Config
 	cfg.Endpoint = redactURL(cfg.Endpoint) // safe in every form: %+v, JSON, slog, zap.Any
 	if s.disk != nil {
@@ -171,7 +196,7 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 	c.consumers.Add(s.Consumers)
 	for i := 0; i < s.Consumers; i++ {
 		w := &consumer{
-			q: c.q, room: c.room, sender: newSender(&s, httpClient), auth: c.auth, settle: c.settle,
+			q: c.q, room: c.room, transport: newSender(&s, httpClient), auth: c.auth, settle: c.settle,
 			policy: policy, log: c.log, interrupt: c.interrupt, retire: c.retire, onAttempt: s.attemptHook,
 			limits: lim, outage: c.outage,
 		}
@@ -326,7 +351,7 @@ func (c *Client) Close(ctx context.Context) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	c.endRetries() // before the queue closes: a batch it lets go at once is not retried (compat.go)
+	c.endRetries() // before the queue closes: a batch it lets go at once is not retried
 	if !c.q.close() {
 		return ErrClosed
 	}
@@ -564,3 +589,60 @@ var closedTimeChan = func() <-chan time.Time {
 	close(ch)
 	return ch
 }()
+
+// endRetries ends retries when Close begins on a client with
+// shared.Compat FastClose: consumers fail what would be retried. Close
+// calls it before it closes the queue, so the open batch, which the queue
+// then lets go at once, fails instead of waiting for a retry.
+func (c *Client) endRetries() {
+	if c.stopRetries != nil {
+		c.stopRetries.Store(true)
+	}
+}
+
+// fastClose goes on with a Close without retries (shared.Compat
+// FastClose; endRetries came first): every batch waiting in the room is
+// due now and the gate opens.
+func (c *Client) fastClose() {
+	if c.stopRetries != nil {
+		c.room.dueNow(time.Now())
+	}
+}
+
+// Stats returns a snapshot of the client's counters. Safe for concurrent
+// use; the counters are read one by one, not as one atomic snapshot.
+func (c *Client) Stats() Stats {
+	s := &c.settle.stats
+	st := Stats{
+		Delivered:         s.delivered.Load(),
+		Failed:            s.failed.Load(),
+		HandedBack:        s.handedBack.Load(),
+		RejectedQueueFull: s.dropped.Load(),
+		Pending:           int64(c.q.outstanding()),
+		Batches:           s.batches.Load(),
+		Requests:          s.requests.Load(),
+		Retries:           s.retries.Load(),
+		RateLimited:       s.rateLimited.Load(),
+		RateLimitWaits:    s.rateLimitWaits.Load(),
+		Isolations:        s.isolations.Load(),
+		BodyLimit:         int64(c.limits.bodyLimit()),
+		EventLimit:        int64(c.limits.eventLimit()),
+
+		Accepted:         s.accepted.Load(),
+		RejectedInvalid:  s.rejectedInvalid.Load(),
+		RejectedTooLarge: s.rejectedTooLarge.Load(),
+		RejectedClosed:   s.rejectedClosed.Load(),
+		RejectedDisk:     s.rejectedDisk.Load(),
+	}
+	if d := c.disk; d != nil {
+		st.Replayed = d.replayed.Load()
+		st.Spilled, st.OnDisk = d.spilled.Load(), d.onDiskNow.Load()
+		if !c.closed.Load() {
+			st.DiskBytes = d.log.Size()
+		}
+		ds := d.log.Stats()
+		st.DiskTorn, st.DiskCorrupt, st.DiskLost = int64(ds.Torn), int64(ds.Corrupt)+d.skipped.Load(), d.lost.Load()
+		st.DiskMissing, st.DiskSkipped = int64(ds.Missing), int64(ds.Skipped)
+	}
+	return st
+}

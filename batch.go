@@ -34,7 +34,6 @@ type batch struct {
 	streak       int        // counted failures since the server last answered 2xx (R61)
 	firstFailure time.Time  // first counted failure, monotonic (R28)
 	lastErr      error      // last *HTTPError or *TransportError
-	lastStatus   int        // last HTTP status received, 0 if none
 	tooMany      int        // 429s without a usable Retry-After in a row (R68)
 	isolation    *isolation // request budget of a 400 being isolated (R66); nil if none
 	cut          bool       // a half of a split (R3, R66, R68): sent as it is
@@ -58,3 +57,24 @@ func recycle(b *batch) {
 	*b = batch{events: b.events[:0]}
 	batches.Put(b)
 }
+
+// weight is what an event whose JSON is data takes in a body: its JSON,
+// one comma and what the body adds to each event (perEvent: the per-event
+// sentAt, R59). The events of a body take the sum of their weights less
+// one comma; the queue's byte count (R45), batch.bytes (with perEvent 0),
+// learnedLimits.size and fitting all count so.
+func weight(data []byte, perEvent int) int { return len(data) + 1 + perEvent }
+
+// eventBytes is what evs take in a body before the per-event extra: their
+// JSON and the commas between them (batch.bytes).
+func eventBytes(evs []event) int {
+	n := 0
+	for i := range evs {
+		n += weight(evs[i].data, 0)
+	}
+	return max(n-1, 0)
+}
+
+// inBody is what b's events take in a body: b.bytes and what the body
+// adds to each event (perEvent, R59).
+func (b *batch) inBody(perEvent int) int { return b.bytes + len(b.events)*perEvent }

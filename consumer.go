@@ -2,10 +2,8 @@ package analytics
 
 import (
 	"context"
-	"sync/atomic"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"go.uber.org/zap"
 )
 
@@ -17,7 +15,8 @@ import (
 type consumer struct {
 	q         *queue
 	room      *waitingRoom
-	sender    *sender
+	transport transport    // one attempt of a batch (request.go)
+	bearer    string       // the OAuth Authorization header of the next attempt; "" without OAuth (R50)
 	auth      *tokenSource // nil without OAuth (R50)
 	settle    *settler
 	policy    retryPolicy
@@ -26,23 +25,11 @@ type consumer struct {
 	retire    <-chan struct{} // closed when Close no longer needs consumers
 	timer     *time.Timer
 	probe     chan struct{}     // the probe this consumer holds after a deadline, nil if none (R64)
-	onAttempt func(AttemptInfo) // WithAttemptHook; nil without (see observe.go)
-	limits    *limits           // what the server's refusals taught (isolate.go)
+	onAttempt func(AttemptInfo) // WithAttemptHook; nil without
+	limits    *learnedLimits    // what the server's refusals taught (learned.go)
 	trying    chan struct{}     // the turn of an untried body size this consumer holds, nil if none (R69)
 	outage    *outageLog        // lines about a failing server (outage.go)
 	search    int64             // the search for the body limit during which the attempt was sent (R67)
-}
-
-// retryPolicy is what the consumer needs of the configuration.
-type retryPolicy struct {
-	maxRetries      int
-	maxBackoffTotal time.Duration
-	httpTimeout     time.Duration
-	// delay is the wait before the k-th counted retry of a streak (k ≥ 1,
-	// R26, R61): backoffPolicy.delay unless the configuration replaces it.
-	delay      func(k int) time.Duration
-	retryDelay func(k int) time.Duration // shared.Compat RetryDelay; nil: delay (compat.go)
-	stop       *atomic.Bool              // shared.Compat FastClose: no retry once set; nil without
 }
 
 func (w *consumer) run() {
@@ -82,7 +69,7 @@ func (w *consumer) next() *batch {
 			}
 			continue
 		}
-		mine, answer := w.claim()
+		mine, answer := w.limits.claim() // the turn of an untried size (R69)
 		if answer != nil {
 			if !w.sleepUntil(answer) {
 				return nil
@@ -106,15 +93,6 @@ func (w *consumer) next() *batch {
 			return nil
 		}
 	}
-}
-
-// claim asks for the turn of an untried size before a new batch is taken
-// (limits.claim, R69); both nil without learned limits.
-func (w *consumer) claim() (mine, wait chan struct{}) {
-	if w.limits == nil {
-		return nil, nil
-	}
-	return w.limits.claim()
 }
 
 // sleepUntil waits for answer, a due batch in the waiting room, retire or
@@ -171,14 +149,21 @@ func (w *consumer) sleep(d time.Duration, retire <-chan struct{}) bool {
 	return true
 }
 
-// attempt makes one attempt of b and passes b on as classify decides. The
+// attempt makes one attempt of b and passes b on as classify decides,
+// unless adapt takes it over to cut it (R66–R68). The
 // loop around attempts is ours.
 func (w *consumer) attempt(b *batch) {
 	defer w.endProbe() // the probe's answer is in (or it was never sent): R64
 	defer w.endTry()   // likewise for a body of an untried size: R69
-	// ready: a batch over a learned limit is cut before it is sent (R67,
+	// readyToSend: a batch over a learned limit is cut before it is sent (R67,
 	// R68); one of an untried size waits for the one on the wire (R69).
-	if !w.ready(b) || !w.passGate(b) || !w.authorize(b) {
+	if !w.readyToSend(b) || !w.passGate(b) || !w.authorize(b) {
+		return
+	}
+	if w.interrupt.Err() != nil {
+		// Close interrupted delivery while b waited (for its turn, the
+		// gate or a token): no request after that (R38, R39).
+		w.settle.handBack(b, nil)
 		return
 	}
 	if b.retryPending {
@@ -187,42 +172,39 @@ func (w *consumer) attempt(b *batch) {
 	}
 	ctx, cancel := context.WithTimeout(w.interrupt, w.policy.httpTimeout) // R8
 	start := w.startAttempt()
-	resp, err := w.sender.send(ctx, b)
+	r := w.transport.attempt(ctx, b, w.bearer)
 	cancel()
-	w.observe(b, start, resp, err)
+	w.observe(b, start, r)
 	b.attempts++
 	w.settle.stats.requests.Add(1)
 	if b.isolation != nil {
 		b.isolation.requests.Add(1)
 	}
 	now := time.Now()
-	if err != nil && w.interrupt.Err() != nil {
-		w.settle.handBack(b, err) // cancelled on the wire: the server may have it (R40)
+	if r.cause != nil && w.interrupt.Err() != nil {
+		w.settle.handBack(b, r.cause) // cancelled on the wire: the server may have it (R40)
 		return
 	}
 
-	v := classify(resp, err, attemptOf{now: now, events: len(b.events), bearer: w.auth != nil})
-	if err == nil {
-		b.lastStatus = resp.status
-	}
+	v := r.verdict
 	if v.dropToken {
-		w.auth.invalidate(w.sender.auth) // R50
+		w.auth.invalidate(w.bearer) // R50
 	}
 	if v.outcome != outcomeDelivered {
 		b.lastErr = v.err
 	}
 	if v.retryAfter == retryAfterInvalid {
 		w.log.Warn("unparseable Retry-After; retrying with backoff", // R25, R51
-			zap.String("retryAfter", resp.retryAfter), zap.Int("status", resp.status))
+			zap.String("retryAfter", r.retryAfter), zap.Int("status", r.status))
 	}
-	if err == nil && v.outcome != outcomeRateLimited {
+	if r.cause == nil && v.outcome != outcomeRateLimited {
 		w.endEpisode() // R34: a response without a usable Retry-After; a transport error is no response
 	}
 	if (v.outcome == outcomeRetry || v.outcome == outcomeRateLimited) && w.policy.stopped() {
-		w.settle.failed(b, b.lastErr) // Close waits for no retry (compat.go)
+		w.settle.failed(b, b.lastErr) // Close waits for no retry (shared.Compat FastClose)
 		return
 	}
-	if w.adapt(b, resp, err, v, now) { // R66–R68 (isolate.go)
+	if w.adapt(b, r, now) { // R66–R68: learned limits, cuts (cut.go)
 		return
 	}
 	switch v.outcome {
@@ -238,7 +220,7 @@ func (w *consumer) attempt(b *batch) {
 		w.settle.stats.rateLimited.Add(1)
 		opened, expired, ok := w.room.rateLimited(now, v.delay, b) // R31, R32
 		if opened {
-			w.log.Debug("rate-limit episode started", zap.Int("status", resp.status), durationField("retryAfter", v.delay)) // R51
+			w.log.Debug("rate-limit episode started", zap.Int("status", r.status), durationField("retryAfter", v.delay)) // R51
 		}
 		w.settle.rateLimitExceeded(expired) // R35; b among them
 		if !ok {
@@ -271,24 +253,15 @@ func (w *consumer) passGate(b *batch) bool {
 	if !g.shut() {
 		return true
 	}
-	if !w.room.wait(b, now) {
-		w.settle.handBack(b, nil)
-	}
+	w.park(b, now)
 	return false
 }
 
 // retryLater schedules a counted retry of b (R26–R28, R61), or fails it
 // when a budget is spent.
 func (w *consumer) retryLater(b *batch, now time.Time) {
-	if b.firstFailure.IsZero() {
-		b.firstFailure = now
-	}
-	if b.retries >= w.policy.maxRetries { // R27
-		w.settle.failed(b, &DeliveryError{Reason: ErrRetriesExhausted, Last: b.lastErr, Attempts: b.attempts})
-		return
-	}
-	if now.Sub(b.firstFailure) >= w.policy.maxBackoffTotal { // R28, D15
-		w.settle.failed(b, &DeliveryError{Reason: ErrBackoffDurationExceeded, Last: b.lastErr, Attempts: b.attempts})
+	if spent := w.policy.spent(b, now); spent != nil {
+		w.settle.failed(b, &DeliveryError{Reason: spent, Last: b.lastErr, Attempts: b.attempts})
 		return
 	}
 	k, healthy, line := w.room.failed(b, now) // R61: k restarts at every 2xx to anyone
@@ -303,26 +276,8 @@ func (w *consumer) retryLater(b *batch, now time.Time) {
 	b.retries++
 	b.retryPending = true
 	b.rateLimited = false
-	if !w.room.wait(b, now.Add(d)) {
-		w.settle.handBack(b, nil)
-	}
+	w.park(b, now.Add(d))
 	w.outage.write(line) // R51
-}
-
-// split answers a 413 (R3): b is cut into two halves, same events in the
-// same order, and both go to the waiting room due at once, the first half
-// first, so that one oversized event fails alone instead of taking the
-// others with it. Nothing was stored, so nothing is duplicated. Each half
-// carries on b's attempt count (X-Retry-Count continues, R7) and its
-// budgets: counted retries used, first counted failure, failure streak. A
-// split is not a retry of its own and spends no budget.
-func (w *consumer) split(b *batch, now time.Time) {
-	if !b.cut { // one line per refused batch, not one per piece (R51)
-		w.log.Debug("batch answered 413: halving it until its events fit", zap.Int("events", len(b.events)))
-	}
-	b.rateLimited, b.retryPending, b.cut = false, false, true
-	first, second := w.halve(b) // isolate.go
-	w.park(first, second, now, now)
 }
 
 // authorize sets the Authorization header of b's next attempt to the
@@ -338,7 +293,7 @@ func (w *consumer) authorize(b *batch) bool {
 	header, due, failure := w.auth.token(now)
 	if header != "" {
 		b.awaitToken = false
-		w.sender.auth = header
+		w.bearer = header
 		return true
 	}
 	if failure != nil && failure.Permanent {
@@ -362,49 +317,119 @@ func (w *consumer) authorize(b *batch) bool {
 // awaitsToken picks the batches that wait for an OAuth token (R50).
 func awaitsToken(b *batch) bool { return b.awaitToken }
 
-// eventBytes is the size of evs in a body: their JSON and the commas
-// between them (R45).
-func eventBytes(evs []event) int {
-	n := max(len(evs)-1, 0)
-	for i := range evs {
-		n += len(evs[i].data)
-	}
-	return n
-}
-
 func (w *consumer) endEpisode() {
 	if w.room.endEpisode() {
 		w.log.Debug("rate-limit episode ended")
 	}
 }
 
-// delay is the wait before the k-th counted retry of a streak (k ≥ 1; R26,
-// R61): the k-th NextBackOff of a fresh ExponentialBackOff of p, a uniform
-// draw from [1 − RandomizationFactor, 1 + RandomizationFactor] ×
-// min(MaxInterval, InitialInterval × Multiplier^(k−1)). A batch keeps no
-// backoff of its own, so k may restart at any time. Past maxBackoffSteps
-// the interval is MaxInterval (the policy is fixed: 500 ms × 2 reaches
-// 60 s at the 8th step), so no more steps are taken.
-func (p backoffPolicy) delay(k int) time.Duration {
-	bo := newBackoff(p)
-	d := bo.NextBackOff()
-	for i := 1; i < min(k, maxBackoffSteps); i++ {
-		d = bo.NextBackOff()
+// startAttempt returns the start time of an attempt, or the zero time
+// without a hook.
+func (w *consumer) startAttempt() time.Time {
+	if w.onAttempt == nil {
+		return time.Time{}
 	}
-	return d
+	return time.Now()
 }
 
-// maxBackoffSteps bounds the NextBackOff calls delay makes.
-const maxBackoffSteps = 64
+// observe reports an attempt of b (before b.attempts counts it) to the
+// hook, if any.
+func (w *consumer) observe(b *batch, start time.Time, r attemptResult) {
+	if w.onAttempt == nil {
+		return
+	}
+	info := AttemptInfo{Events: len(b.events), Bytes: r.sent, Retry: b.attempts,
+		Duration: time.Since(start), Err: r.cause, Status: r.status}
+	defer contain(w.log, userHook, nil)
+	w.onAttempt(info)
+}
 
-// newBackoff is the ExponentialBackOff of p: counted-retry delays and the
-// OAuth token source's.
-func newBackoff(p backoffPolicy) *backoff.ExponentialBackOff {
-	return backoff.NewExponentialBackOff(
-		backoff.WithInitialInterval(p.InitialInterval),
-		backoff.WithMultiplier(p.Multiplier),
-		backoff.WithMaxInterval(p.MaxInterval),
-		backoff.WithRandomizationFactor(p.RandomizationFactor),
-		backoff.WithMaxElapsedTime(p.MaxElapsedTime),
-	)
+// readyToSend reports whether b may be sent now. A body larger than any the
+// server has accepted waits until no other such body is on the wire (R69),
+// and is then looked at again, since that body's answer may have taught a
+// limit; the consumer holds the batch meanwhile, at most one attempt long.
+// Close's interruption ends the wait and hands b back. Once b may go, it
+// is cut down to the learned limits (fit).
+func (w *consumer) readyToSend(b *batch) bool {
+	for {
+		mine, wait := w.trying, (chan struct{})(nil) // the turn claimed with b, if any
+		if mine == nil {
+			mine, wait = w.limits.try(w.limits.size(b, w.q.perEvent))
+		}
+		if wait == nil {
+			w.trying = mine
+			w.search = w.limits.searches.Load()
+			w.fit(b)
+			if w.trying == nil && !w.limits.tried(w.limits.size(b, w.q.perEvent)) {
+				// A 413 came since try: b's size is untried now, and
+				// goes alone (R69). (A search is counted after its
+				// limit is stored, so when w.search is that search's,
+				// tried sees the limit.)
+				continue
+			}
+			if w.trying != nil && w.limits.tried(w.limits.size(b, w.q.perEvent)) {
+				w.endTry() // what is left of b is of a size the server took: others need not wait
+			}
+			return true
+		}
+		select {
+		case <-wait:
+		case <-w.interrupt.Done():
+			w.settle.handBack(b, nil)
+			return false
+		}
+	}
+}
+
+// endTry gives up the turn of an untried size this consumer holds, if any
+// (R69).
+func (w *consumer) endTry() {
+	if w.trying != nil {
+		w.limits.done(w.trying)
+		w.trying = nil
+	}
+}
+
+// adapt looks at the answer to b's attempt before it is settled: it
+// learns from 2xx and 413 answers (R67, R68), and it takes over b when a
+// 400 (R66) or repeated 429s without a usable Retry-After (R68) call for
+// halving, reporting true; then b is in the waiting room as two halves,
+// or failed.
+func (w *consumer) adapt(b *batch, r attemptResult, now time.Time) bool {
+	if r.cause != nil {
+		return false
+	}
+	v := r.verdict
+	size := r.plainSize // the body as encoded, before gzip
+	estimate := w.limits.size(b, w.q.perEvent)
+	switch {
+	case v.outcome == outcomeDelivered:
+		b.tooMany = 0
+		w.limits.accepted(size, estimate, len(b.events))
+	case r.refused == refusedBody && len(b.events) > 1:
+		b.tooMany = 0
+		w.limits.refusedSize(size, estimate, len(b.events), w.search)
+		w.log.Debug("batch answered 413: sending it again in pieces of the size being tried", // R51
+			zap.Int("events", len(b.events)), zap.Int("bodyBytes", w.limits.bodyLimit()))
+		// Instead of R3's halves, the batch waits, whole and due at once,
+		// to be cut at the size the search tries next when it may be sent
+		// (readyToSend).
+		b.rateLimited, b.retryPending, b.cut = false, false, false
+		w.park(b, now)
+		return true
+	case r.refused == refusedBody:
+		b.tooMany = 0
+		w.limits.refusedOne(estimate) // a single event: it fails (R3)
+	case r.refused == refusedBatch && v.outcome == outcomeFailed && len(b.events) > 1:
+		b.tooMany = 0
+		return w.isolate(b, now)
+	case r.refused == refusedTooMany && v.outcome == outcomeRetry:
+		b.tooMany++
+		if b.tooMany >= 2 && len(b.events) > 1 && w.limits.tooManyForServer(len(b.events)) {
+			return w.splitTooMany(b, now)
+		}
+	default:
+		b.tooMany = 0
+	}
+	return false
 }

@@ -11,8 +11,9 @@ import (
 )
 
 // storedMessage is every field the encoder writes, for decoding an event's
-// JSON back into its message: replayed events (durable.go) and the test
-// server of package analyticstest (through internal/shared).
+// JSON back into its message: for the client's callbacks (rebuildMessage,
+// from settler.messages; replayed events among them) and for the test
+// server of package analyticstest (decodeMessage, through internal/shared).
 type storedMessage struct {
 	Type         string         `json:"type"`
 	MessageID    string         `json:"messageId"`

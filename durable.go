@@ -3,23 +3,18 @@ package analytics
 import (
 	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"time"
-
-	"go.uber.org/zap"
-
-	"github.com/relaykit/analytics-go/internal/diskbuf"
 )
 
 // Durable mode (WithDiskBuffer) keeps every accepted event in an on-disk
 // log until it has its outcome, so a process that dies — kill -9, panic,
 // OOM kill — loses nothing it had accepted: the next client that opens the
 // same directory sends those events first, with the same messageIds. The
-// log lives in internal/diskbuf; this file joins it to the pipeline:
-// accept appends before the event is queued, the settler acknowledges every
-// delivered or failed event (handed-back ones stay on disk), New replays,
-// and Close closes. docs/durable.md describes the design.
+// log lives in internal/diskbuf. This file holds the options and errors of
+// durable mode; spill.go joins the log to the pipeline: accept appends
+// before the event is queued, the settler acknowledges every delivered or
+// failed event (handed-back ones stay on disk), New replays, and Close
+// closes. docs/durable.md describes the design.
 
 // FsyncPolicy says when the disk buffer asks the operating system to put
 // what was written on stable storage (fsync). Every accepted event is
@@ -219,144 +214,4 @@ func WithDiskBuffer(dir string, opts ...DiskOption) Option {
 		s.errs = append(s.errs, d.errs...)
 		s.disk = d
 	})
-}
-
-// durable is a client's disk buffer.
-type durable struct {
-	log      *diskbuf.Log
-	dir      string
-	policy   FsyncPolicy
-	zlog     *zap.Logger
-	stop     chan struct{}
-	stopped  sync.WaitGroup
-	observer func()
-
-	replayed atomic.Int64 // events an earlier client left, less those found not to be events
-	skipped  atomic.Int64 // replayed records with a valid checksum but no JSON object
-	lost     atomic.Int64 // events on disk only whose record was gone when read back (Stats.DiskLost)
-
-	// The disk as the buffer (spill.go).
-	q         *queue
-	settle    *settler
-	mu        sync.Mutex // an enqueue call's append and its memory-or-disk decision; the reader's hand-over
-	spilling  bool       // events go to disk only until the reader has caught up; guarded by mu
-	onDisk    int64      // accepted events on disk only, not read back yet; guarded by mu
-	runs      []epochRun // their ledger epochs, oldest first; guarded by mu
-	onDiskNow atomic.Int64
-	spilled   atomic.Int64  // events accepted to disk only since New
-	wake      chan struct{} // cap 1: events went to disk only, or places were freed
-	readStop  chan struct{}
-	readDone  chan struct{}
-	// readerDone: Close took the events on disk only (guarded by mu);
-	// readFailing: the last read failed (reader goroutine only).
-	readerDone, readFailing bool
-}
-
-// openDurable opens d.dir and returns the buffer and the number of events
-// an earlier client left there (read back later: see startReader).
-func openDurable(d *diskSettings, zlog *zap.Logger) (*durable, int, error) {
-	log, n, err := diskbuf.OpenLog(d.dir, diskbuf.Options{
-		SegmentBytes: d.segment,
-		MaxBytes:     d.limit,
-		NoMmap:       d.noMmap,
-		Logf:         func(format string, args ...any) { zlog.Warn(fmt.Sprintf(format, args...)) },
-		Errorf:       func(format string, args ...any) { zlog.Error(fmt.Sprintf(format, args...)) },
-	})
-	if errors.Is(err, diskbuf.ErrLocked) {
-		return nil, 0, fmt.Errorf("%w: %s", ErrDiskBufferLocked, d.dir)
-	}
-	if err != nil {
-		return nil, 0, &DiskError{Op: "open", Dir: d.dir, Err: err}
-	}
-	dur := &durable{log: log, dir: d.dir, policy: d.policy, zlog: zlog, stop: make(chan struct{}), observer: d.syncObserver,
-		wake: make(chan struct{}, 1), readStop: make(chan struct{}), readDone: make(chan struct{})}
-	dur.replayed.Store(int64(n))
-	st := log.Stats() // logged at every start, so that durable mode shows in the logs
-	zlog.Info("disk buffer opened", zap.String("dir", d.dir), zap.Int("replayed", n),
-		zap.Int64("bytes", log.Size()), zap.Int64("limit", d.limit),
-		zap.Int("torn", st.Torn), zap.Int("corrupt", st.Corrupt),
-		zap.Int("missingSegments", st.Missing), zap.Int("skippedEntries", st.Skipped))
-	if d.policy == FsyncInterval {
-		dur.stopped.Add(1)
-		go dur.syncEvery(d.interval)
-	}
-	return dur, n, nil
-}
-
-func (d *durable) syncEvery(iv time.Duration) {
-	defer d.stopped.Done()
-	t := time.NewTicker(iv)
-	defer t.Stop()
-	for {
-		select {
-		case <-d.stop:
-			return
-		case <-t.C:
-			d.sync()
-		}
-	}
-}
-
-func (d *durable) sync() {
-	if err := d.log.Sync(); err != nil {
-		d.zlog.Error("disk buffer: fsync failed", zap.String("dir", d.dir), zap.Error(err))
-	}
-	if d.observer != nil {
-		d.observer()
-	}
-}
-
-// beforeBatch runs when a consumer takes a batch (FsyncEveryBatch).
-func (d *durable) beforeBatch() {
-	if d.policy == FsyncEveryBatch {
-		d.sync()
-	}
-}
-
-// append writes ev's JSON and records its place in ev.
-func (d *durable) append(ev *event, data []byte) error {
-	seg, off, err := d.log.Append(data)
-	switch {
-	case err == nil:
-		ev.seg, ev.off = seg, off
-		return nil
-	case errors.Is(err, diskbuf.ErrFull):
-		return fmt.Errorf("%w: the disk buffer reached its size limit", ErrQueueFull)
-	case errors.Is(err, diskbuf.ErrClosed):
-		return ErrClosed
-	case errors.Is(err, diskbuf.ErrDirGone):
-		return &DiskError{Op: "append", Dir: d.dir, Err: ErrDiskBufferGone}
-	default:
-		return &DiskError{Op: "append", Dir: d.dir, Err: err}
-	}
-}
-
-// ack records the outcome of evs; their space is reclaimed with their
-// segment.
-func (d *durable) ack(evs []event) {
-	onDisk := evs
-	for i := range evs {
-		if evs[i].seg == nil { // never written: ack the others from a copy, the caller's slice stays as it is
-			onDisk = make([]event, 0, len(evs))
-			for _, ev := range evs {
-				if ev.seg != nil {
-					onDisk = append(onDisk, ev)
-				}
-			}
-			break
-		}
-	}
-	if err := d.log.Ack(len(onDisk), func(i int) (*diskbuf.Segment, uint32) { return onDisk[i].seg, onDisk[i].off }); err != nil {
-		d.zlog.Error("disk buffer: acknowledgement not written; the events may be sent again by a later client",
-			zap.String("dir", d.dir), zap.Error(err))
-	}
-}
-
-// close stops the sync goroutine and closes the log (syncing it).
-func (d *durable) close() {
-	close(d.stop)
-	d.stopped.Wait()
-	if err := d.log.Close(); err != nil {
-		d.zlog.Error("disk buffer: close failed", zap.String("dir", d.dir), zap.Error(err))
-	}
 }

@@ -2,6 +2,7 @@ package analytics
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -23,7 +24,7 @@ func (c *Client) dispatch(ctx context.Context, wait bool, m Message) error {
 // prepareMessage validates m, stamps it and encodes it into sc's encoder;
 // with keep it also returns the copy callbacks get. A nil or unknown
 // Message is a *MessageError. The client and analyticstest's Fake both
-// call it (see shared.go), so they cannot disagree.
+// call it (see prepareDetached), so they cannot disagree.
 func prepareMessage(sc *scratch, m Message, keep bool) (Message, error) {
 	switch v := m.(type) {
 	case Track:
@@ -81,7 +82,7 @@ func (c *Client) accept(ctx context.Context, wait bool, sc *scratch, withCopy Me
 		err = checkSize(e.buf)
 	}
 	if err == nil && c.disk != nil {
-		err = c.acceptDurable(ctx, wait, sc, withCopy) // spill.go
+		err = c.disk.accept(ctx, wait, sc, withCopy, &c.closed) // spill.go
 		putScratch(sc)
 		return err
 	}
@@ -115,4 +116,27 @@ func stamp(id *string, ts *time.Time, s *scratch, withID bool) {
 	if ts.IsZero() {
 		*ts = s.now()
 	}
+}
+
+// prepareDetached is the enqueue path of a client up to the queue, without
+// a client: prepareMessage with callbacks registered, then the size check of
+// accept. It backs analyticstest's Fake (see package internal/shared).
+func prepareDetached(m Message, now func() time.Time, newID func() string) (Message, error) {
+	sc := &scratch{next: idsPerBlock, clock: now, newID: newID}
+	kept, err := prepareMessage(sc, m, true)
+	if err == nil {
+		err = checkSize(sc.enc.buf)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return kept, nil
+}
+
+// checkSize rejects an event whose JSON is larger than MaxEventBytes (R45).
+func checkSize(json []byte) error {
+	if len(json) > MaxEventBytes {
+		return fmt.Errorf("%w: %d bytes of JSON, limit %d", ErrEventTooLarge, len(json), MaxEventBytes)
+	}
+	return nil
 }

@@ -41,30 +41,3 @@ type AttemptInfo struct {
 func WithAttemptHook(f func(AttemptInfo)) Option {
 	return optionFunc(func(s *settings) { s.attemptHook = f })
 }
-
-// startAttempt returns the start time of an attempt, or the zero time
-// without a hook.
-func (w *consumer) startAttempt() time.Time {
-	if w.onAttempt == nil {
-		return time.Time{}
-	}
-	return time.Now()
-}
-
-// observe reports an attempt of b (before b.attempts counts it) to the
-// hook, if any.
-func (w *consumer) observe(b *batch, start time.Time, resp response, err error) {
-	if w.onAttempt == nil {
-		return
-	}
-	info := AttemptInfo{Events: len(b.events), Bytes: w.sender.bodyLen(), Retry: b.attempts,
-		Duration: time.Since(start), Err: err}
-	if err == nil {
-		info.Status = resp.status
-	}
-	defer contain(w.log, userHook, nil)
-	w.onAttempt(info)
-}
-
-// bodyLen is the size of the last request body, as sent.
-func (s *sender) bodyLen() int { return s.sent }

@@ -137,58 +137,6 @@ func (o *outage) success(h *health, now time.Time, retrying func() bool) outageL
 	return line
 }
 
-// retryingLocked reports whether a batch waits for a counted retry; r.mu
-// is held.
-func (r *waitingRoom) retryingLocked() bool {
-	for _, w := range r.waiting {
-		if w.b.retryPending && !w.b.rateLimited {
-			return true
-		}
-	}
-	return false
-}
-
-// backlog is what waits in the room: batches, their events, and how long
-// until the first of them is due (-1: none waits).
-func (r *waitingRoom) backlog(now time.Time) (batches, events int, next time.Duration) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	next = -1
-	for _, w := range r.waiting {
-		batches++
-		events += len(w.b.events)
-	}
-	if len(r.waiting) > 0 {
-		next = max(r.waiting[0].due.Sub(now), 0)
-	}
-	if r.deadline.After(now) && r.deadline.Sub(now) > next {
-		next = r.deadline.Sub(now)
-	}
-	return batches, events, next
-}
-
-// notAnswering reports whether the server is not answering, as Close in
-// durable mode judges it: the server is failing (see outage), and the
-// latest answer of all was a counted failure; or the rate-limit gate is
-// shut until deadline or later (a zero deadline: never so). Otherwise it
-// returns a channel closed at the next counted failure or Retry-After,
-// when it may have become so. last is the last counted failure's error.
-func (r *waitingRoom) notAnswering(deadline time.Time) (yes bool, changed <-chan struct{}, last error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	o := &r.outage
-	if o.on && r.health.seen > 0 && r.health.recent&1 == 1 {
-		return true, nil, o.lastErr
-	}
-	if !r.deadline.IsZero() && !deadline.IsZero() && !r.deadline.Before(deadline) {
-		return true, nil, nil
-	}
-	if o.changed == nil {
-		o.changed = make(chan struct{})
-	}
-	return false, o.changed, nil
-}
-
 // outageLog writes the lines about a failing server, with what is held:
 // events without an outcome, batches waiting in the room, events on disk
 // only (durable mode), and when the next attempt is due.

@@ -40,7 +40,7 @@ type queue struct {
 
 	ready chan struct{} // cap 1: a batch may be ready, or its interval must be timed
 
-	onTake func() // durable mode: runs when a batch is taken (FsyncEveryBatch); nil otherwise
+	onTake func() // durable mode: runs when a batch is taken (durable.beforeBatch, which syncs only with FsyncEveryBatch); nil in memory mode
 }
 
 func newQueue(places *capacity, flushAt, maxBytes int, interval time.Duration) *queue {
@@ -126,7 +126,7 @@ func (q *queue) pushLocked(ev *event) error {
 	slot.epoch = q.ledger.add()
 	q.n++
 	before := q.bytes
-	q.bytes += q.weight(slot)
+	q.bytes += weight(slot.data, q.perEvent)
 	if q.n == 1 {
 		q.openedAt = time.Now()
 	}
@@ -182,10 +182,6 @@ func (q *queue) resize(size int) {
 	}
 	q.ring, q.head = ring, 0
 }
-
-// weight is what ev adds to the body: its JSON, a comma, and the per-event
-// sentAt when that option is on (R45, R59).
-func (q *queue) weight(ev *event) int { return len(ev.data) + 1 + q.perEvent }
 
 // ringIndex is the ring slot of the i-th queued event (0 ≤ i < len(ring)):
 // the head plus i, wrapped once. A compare instead of a modulo, which would
@@ -243,11 +239,11 @@ func (q *queue) take(now time.Time) (*batch, time.Duration) {
 	b := newBatch(min(q.flushAt, q.n, 512))
 	for q.n > 0 && len(b.events) < q.flushAt {
 		ev := &q.ring[q.head]
-		size := len(ev.data)
-		if len(b.events) > 0 {
-			size++ // comma
+		size := weight(ev.data, 0) // its JSON and the comma before it
+		if len(b.events) == 0 {
+			size-- // the first has none
 		}
-		if len(b.events) > 0 && b.bytes+size+(len(b.events)+1)*q.perEvent > q.maxBytes {
+		if len(b.events) > 0 && b.inBody(q.perEvent)+size+q.perEvent > q.maxBytes {
 			break
 		}
 		b.events = append(b.events, *ev)
@@ -301,7 +297,7 @@ func (q *queue) load(evs []event) {
 	for i := range evs {
 		q.ring[q.ringIndex(q.n)] = evs[i]
 		q.n++
-		q.bytes += q.weight(&evs[i]) // as push counts it, so popping evens out
+		q.bytes += weight(evs[i].data, q.perEvent) // as push counts it, so popping evens out
 	}
 	q.noteMark()
 	q.mu.Unlock()
@@ -345,7 +341,7 @@ func (q *queue) popLocked() event {
 // dropHead removes the oldest queued event, head (the slot at q.head),
 // after the caller copied it; q.n must be > 0.
 func (q *queue) dropHead(head *event) {
-	q.bytes -= q.weight(head)
+	q.bytes -= weight(head.data, q.perEvent)
 	*head = event{}
 	if q.head++; q.head == len(q.ring) {
 		q.head = 0

@@ -30,15 +30,17 @@ type waitingRoom struct {
 	answer   chan struct{} // a probe is out (R64); closed at its answer
 	seq      uint64        // arrival order, for ties of due instants
 	closed   bool          // Close has handed everything back: nothing may enter
-	noWait   bool          // Close waits for no retry (dueNow, compat.go): everything is due at once
-	unpaced  bool          // shared.Compat NoRetryAllowance: counted retries take no token (compat.go)
+	noWait   bool          // Close waits for no retry (dueNow): everything is due at once
+	unpaced  bool          // shared.Compat NoRetryAllowance: counted retries take no token
 
 	health health
 	outage outage // what the logs say about a failing server (outage.go)
-	// release is the first counted wait d_1 (R62): after a 2xx, no counted
-	// retry stays due later than this.
-	release time.Duration
-	latest  time.Time // no counted retry waits later than this (zero: none waits)
+	// release is the first counted wait d_1 (R62), and releaseMax its
+	// longest draw: after a 2xx, no counted retry stays due later than
+	// that. Both come from the backoff policy (retry.go), which no option
+	// changes.
+	release, releaseMax time.Duration
+	latest              time.Time // no counted retry waits later than this (zero: none waits)
 
 	ready chan struct{} // cap 1: a batch arrived, or more are due
 }
@@ -47,7 +49,7 @@ func newWaitingRoom(limit time.Duration, places *capacity) *waitingRoom {
 	return &waitingRoom{
 		limit: limit, places: places, ready: make(chan struct{}, 1),
 		health:  health{tokens: allowanceBurst},
-		release: defaultBackoffPolicy().InitialInterval,
+		release: defaultBackoffPolicy().InitialInterval, releaseMax: defaultBackoffPolicy().longestFirst(),
 	}
 }
 
@@ -169,7 +171,7 @@ func (r *waitingRoom) succeeded(now time.Time) (line outageLine) {
 	line = r.outage.success(&r.health, now, r.retryingLocked)
 	r.health.refill(now)
 	r.health.tokens = min(allowanceBurst, r.health.tokens+allowancePerSuccess)
-	horizon := now.Add(r.release + r.release/10) // d_1's longest draw
+	horizon := now.Add(r.releaseMax)
 	if r.latest.IsZero() || !r.latest.After(horizon) {
 		r.mu.Unlock()
 		return line
@@ -283,10 +285,7 @@ func (r *waitingRoom) rateLimited(now time.Time, d time.Duration, b *batch) (ope
 // waits for a deadline. Batches waiting for their backoff stay.
 func (r *waitingRoom) expireLocked() []*batch {
 	r.start, r.deadline = time.Time{}, time.Time{}
-	if r.answer != nil { // no episode, no probe: everyone may go
-		close(r.answer)
-		r.answer = nil
-	}
+	r.answerProbeLocked() // no episode, no probe: everyone may go
 	var expired []*batch
 	kept := r.waiting[:0]
 	for _, w := range r.waiting {
@@ -372,18 +371,16 @@ func (r *waitingRoom) gateLocked(now time.Time, held chan struct{}) (g gateState
 func (r *waitingRoom) endProbe(probe chan struct{}) {
 	r.mu.Lock()
 	if r.answer != nil && r.answer == probe {
-		close(r.answer)
-		r.answer = nil
+		r.answerProbeLocked()
 	}
 	r.mu.Unlock()
 }
 
 // turn is what a free consumer gets from the waiting room.
 type turn struct {
-	b     *batch        // the batch to send, nil if none is due
-	wait  time.Duration // with b nil: how long until one is due or the gate opens; -1: none waits
-	gate  gateState
-	paced bool // a counted retry is due but waits for the retry allowance (R63)
+	b    *batch        // the batch to send, nil if none is due
+	wait time.Duration // with b nil: how long until one is due or the gate opens; -1: none waits
+	gate gateState
 }
 
 // next passes the gate and takes the batch that has been due longest
@@ -412,7 +409,7 @@ func (r *waitingRoom) next(now time.Time, held chan struct{}) (t turn) {
 	if first.b.retryPending && !first.b.rateLimited && !r.unpaced {
 		if wait := r.health.allowed(now); wait > 0 {
 			r.mu.Unlock()
-			t.wait, t.paced = wait, true
+			t.wait = wait
 			return t
 		}
 		r.health.tokens--
@@ -473,4 +470,83 @@ func (h *dueOrder) Pop() any {
 	old[len(old)-1] = waiter{}
 	*h = old[:len(old)-1]
 	return w
+}
+
+// dueNow makes every waiting batch due at now and opens the gate, for a
+// Close that waits for no retry; a batch that a consumer puts in the room
+// later (its outcome was decided before Close began) is due at once too.
+func (r *waitingRoom) dueNow(now time.Time) {
+	r.mu.Lock()
+	r.noWait = true
+	r.deadline, r.start = time.Time{}, time.Time{}
+	r.answerProbeLocked() // no episode, no probe (R64): nobody waits for one
+	for i := range r.waiting {
+		if r.waiting[i].due.After(now) {
+			r.waiting[i].due = now
+		}
+	}
+	heap.Init(&r.waiting)
+	r.mu.Unlock()
+	signal(r.ready)
+}
+
+// retryingLocked reports whether a batch waits for a counted retry; r.mu
+// is held.
+func (r *waitingRoom) retryingLocked() bool {
+	for _, w := range r.waiting {
+		if w.b.retryPending && !w.b.rateLimited {
+			return true
+		}
+	}
+	return false
+}
+
+// backlog is what waits in the room: batches, their events, and how long
+// until the first of them is due (-1: none waits).
+func (r *waitingRoom) backlog(now time.Time) (batches, events int, next time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	next = -1
+	for _, w := range r.waiting {
+		batches++
+		events += len(w.b.events)
+	}
+	if len(r.waiting) > 0 {
+		next = max(r.waiting[0].due.Sub(now), 0)
+	}
+	if r.deadline.After(now) && r.deadline.Sub(now) > next {
+		next = r.deadline.Sub(now)
+	}
+	return batches, events, next
+}
+
+// notAnswering reports whether the server is not answering, as Close in
+// durable mode judges it: the server is failing (see outage), and the
+// latest answer of all was a counted failure; or the rate-limit gate is
+// shut until deadline or later (a zero deadline: never so). Otherwise it
+// returns a channel closed at the next counted failure or Retry-After,
+// when it may have become so. last is the last counted failure's error.
+func (r *waitingRoom) notAnswering(deadline time.Time) (yes bool, changed <-chan struct{}, last error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	o := &r.outage
+	if o.on && r.health.seen > 0 && r.health.recent&1 == 1 {
+		return true, nil, o.lastErr
+	}
+	if !r.deadline.IsZero() && !deadline.IsZero() && !r.deadline.Before(deadline) {
+		return true, nil, nil
+	}
+	if o.changed == nil {
+		o.changed = make(chan struct{})
+	}
+	return false, o.changed, nil
+}
+
+// answerProbeLocked ends the probe, if one is out (R64): whoever waits for
+// its answer goes on. r.mu is held.
+func (r *waitingRoom) answerProbeLocked() {
+	if r.answer != nil {
+		close(r.answer)
+		r.answer = nil
+	}
 }

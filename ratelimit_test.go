@@ -644,10 +644,11 @@ func TestGateClosedAfterTakeSendsNothing(t *testing.T) {
 		q := newQueue(places, 1, batchEventBytes, time.Second)
 		room := newWaitingRoom(time.Hour, places)
 		w := &consumer{
-			q: q, room: room, sender: newSender(&s, newHTTPClient(&s)),
+			q: q, room: room, transport: newSender(&s, newHTTPClient(&s)),
 			settle: &settler{log: zap.NewNop(), ledger: q},
 			policy: retryPolicy{maxRetries: 1, maxBackoffTotal: time.Hour, delay: defaultBackoffPolicy().delay, httpTimeout: time.Second},
 			log:    zap.NewNop(), interrupt: context.Background(),
+			limits: newLearnedLimits(q, bodyFrame(appendString(nil, "wk"), nil)),
 		}
 		// Another consumer's 429 closed the gate for 2 s; its batch waits
 		// until then, "mine" (turned back below) is due at once.

@@ -45,7 +45,8 @@ type sender struct {
 	secrets   []string // forms of the write key removed from server text
 	gzip      bool
 	eventSent bool
-	extra     []byte       // shared.Compat BodyFields (compat.go)
+	extra     []byte       // shared.Compat BodyFields
+	frame     int          // bodyFrame of writeKey and extra
 	zw        *gzip.Writer // reused across attempts
 	log       *zap.Logger  // for panics of the transport and its bodies (guard.go)
 
@@ -65,6 +66,7 @@ func newSender(s *settings, client *http.Client) *sender {
 		gzip:      s.Gzip,
 		eventSent: s.EventSentAt,
 		extra:     s.compat.BodyFields,
+		frame:     bodyFrame(appendString(nil, s.writeKey), s.compat.BodyFields),
 		log:       s.logger,
 	}
 }
@@ -95,6 +97,41 @@ func writeKeyForms(key string) []string {
 	return out
 }
 
+// bodyFrame is the most a body adds around its events (their JSON and
+// the commas between them): the envelope, the longest sentAt, the write
+// key as encoded (writeKey) and the shared.Compat BodyFields members
+// (extra), as encodeBody writes them. It is the one formula for the frame:
+// encodeBody sizes its buffer with it, and the learned body limit leaves
+// room for it (R67).
+func bodyFrame(writeKey, extra []byte) int {
+	n := len(`{"batch":[],"sentAt":"","writeKey":}`) + maxTimestampBytes + len(writeKey)
+	if len(extra) > 0 {
+		n += 1 + len(extra) // the comma before the members
+	}
+	return n
+}
+
+// maxBodyFields is the most shared.Compat BodyFields may take of a batch:
+// the rest still holds one event of MaxEventBytes.
+const maxBodyFields = batchEventBytes - MaxEventBytes
+
+// validBodyFields reports whether members are JSON object members that
+// take none of the body's own keys, within maxBodyFields.
+func validBodyFields(members []byte) bool {
+	if len(members) > maxBodyFields {
+		return false
+	}
+	obj := append(append([]byte{'{'}, members...), '}')
+	var m map[string]json.RawMessage
+	if bytes.HasPrefix(bytes.TrimSpace(members), []byte{','}) || json.Unmarshal(obj, &m) != nil {
+		return false
+	}
+	_, batch := m["batch"]
+	_, sentAt := m["sentAt"]
+	_, key := m["writeKey"]
+	return !batch && !sentAt && !key
+}
+
 // encodeBody writes {"batch":[…],"sentAt":…,"writeKey":…} into buf; sentAt
 // is the time of this attempt (R4), on every event too with WithEventSentAt
 // (R59).
@@ -102,8 +139,7 @@ func (s *sender) encodeBody(buf []byte, b *batch, sentAt time.Time) []byte {
 	var text [64]byte
 	stamp := appendTimestamp(text[:0], sentAt.UTC(), nil)
 	// The size is known: allocate once rather than grow by doubling.
-	const frame = len(`{"batch":[],"sentAt":"","writeKey":}`) + len("2006-01-02T15:04:05.999999999Z")
-	if need := b.bytes + len(b.events)*eventSentAtExtra(s.eventSent) + len(s.writeKey) + len(s.extra) + 1 + frame; cap(buf) < need {
+	if need := b.inBody(eventSentAtExtra(s.eventSent)) + s.frame; cap(buf) < need {
 		buf = make([]byte, 0, need)
 	}
 	buf = append(buf[:0], `{"batch":[`...)
@@ -213,6 +249,65 @@ type response struct {
 	hasRA      bool
 	text       string // bounded excerpt of the body (non-2xx only)
 	location   string // a 3xx's Location, resolved, redacted and bounded
+}
+
+// transport is what a consumer needs for one attempt of a batch: send b
+// and judge the answer. The consumer acts on the result and never reads
+// the protocol behind it; sender is the HTTP transport. bearer is the
+// Authorization header of an OAuth client (R50), "" without OAuth. The
+// attempt is bounded by ctx.
+type transport interface {
+	attempt(ctx context.Context, b *batch, bearer string) attemptResult
+}
+
+// attemptResult is one attempt's answer, judged: what a consumer acts on,
+// in terms that do not depend on the protocol.
+type attemptResult struct {
+	verdict            // classify's decision
+	cause      error   // why no answer came (the transport error); nil when one came
+	refused    refusal // what the server refused of the batch, for the learned limits and the cuts
+	status     int     // the answer's status, 0 without one: for AttemptInfo and the logs only
+	retryAfter string  // the Retry-After as received, for the logs only
+	sent       int     // the body's size as sent
+	plainSize  int     // and before compression
+}
+
+// refusal is what an answer says the server refused of a batch, beyond
+// its outcome (R66–R68).
+type refusal int
+
+const (
+	refusedNone    refusal = iota
+	refusedBody            // the body was too large (413)
+	refusedBatch           // the request as a whole was bad (400)
+	refusedTooMany         // too many requests (429)
+)
+
+// refusalOf is the refusal a status says.
+func refusalOf(status int) refusal {
+	switch status {
+	case http.StatusRequestEntityTooLarge:
+		return refusedBody
+	case http.StatusBadRequest:
+		return refusedBatch
+	case http.StatusTooManyRequests:
+		return refusedTooMany
+	}
+	return refusedNone
+}
+
+// attempt sends b (send) and judges the answer (classify).
+func (s *sender) attempt(ctx context.Context, b *batch, bearer string) attemptResult {
+	if bearer != "" {
+		s.auth = bearer
+	}
+	resp, err := s.send(ctx, b)
+	r := attemptResult{cause: err, sent: s.sent, plainSize: s.plainSize}
+	r.verdict = classify(resp, err, attemptOf{now: time.Now(), events: len(b.events), bearer: bearer != ""})
+	if err == nil {
+		r.status, r.retryAfter, r.refused = resp.status, resp.retryAfter, refusalOf(resp.status)
+	}
+	return r
 }
 
 // send makes one attempt. A nil error means a status line was received.
@@ -437,9 +532,11 @@ func newHTTPClient(s *settings) *http.Client {
 	return &c
 }
 
-// outcome is the decision for one attempt. A new way of handling an
-// answer is a new outcome here, decided in classify, and a case in
-// consumer.attempt.
+// outcome is the decision for one attempt, as classify takes it from the
+// answer alone. A new way of handling an answer is a new outcome here,
+// decided in classify, and a case in consumer.attempt; consumer.adapt may
+// still take a batch over before its outcome is acted on, for what the
+// server's refusals teach (R66–R68).
 type outcome int
 
 const (
@@ -469,8 +566,10 @@ type attemptOf struct {
 }
 
 // classify decides the outcome of one attempt from what it got: a
-// response (err == nil) or a transport error. Every outcome is decided
-// here; the body never matters (R3, R9–R16, R25, R50).
+// response (err == nil) or a transport error; the body never matters (R3,
+// R9–R16, R25, R50). It looks at the answer alone: consumer.adapt may then
+// cut a batch of several events instead of failing it on a 400 (R66) or
+// retrying it whole after repeated 429s (R68).
 func classify(r response, err error, a attemptOf) verdict {
 	if err != nil {
 		te := &TransportError{Err: err, Retryable: classifyTransportError(err)}
@@ -529,7 +628,7 @@ func retryableStatus(status int) bool {
 		// MaxTotalBackoffDuration, for parity with the conformance suite.
 		return true
 	case 501, 505, 511:
-		return false // R13; with OAuth, the consumer retries 511 with a fresh token (R50)
+		return false // R13; with OAuth, classify makes 511 a counted retry with a fresh token (R50)
 	}
 	return status >= 500 && status <= 599
 }

@@ -28,7 +28,11 @@ func WithEventSentAt(enabled bool) Option {
 // eventSentAtBytes is the most the splice adds to one event:
 // `,"sentAt":"…"` with the longest timestamp appendTimestamp writes for a
 // year in 0–9999.
-const eventSentAtBytes = len(`,"sentAt":""`) + len("2006-01-02T15:04:05.999999999Z")
+const eventSentAtBytes = len(`,"sentAt":""`) + maxTimestampBytes
+
+// maxTimestampBytes is the longest timestamp appendTimestamp writes for a
+// year in 0–9999.
+const maxTimestampBytes = len("2006-01-02T15:04:05.999999999Z")
 
 // eventSentAtExtra is the room per event the option needs in a body: 0
 // when it is off.

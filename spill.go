@@ -5,9 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/relaykit/analytics-go/internal/diskbuf"
 )
 
 // In durable mode the disk is the buffer (docs/durable.md, "Capacity";
@@ -24,6 +28,146 @@ import (
 // call holds durable.mu across its append and that decision; the reader
 // takes durable.mu only to hand what it read to the queue, never across
 // I/O.
+
+// durable is a client's disk buffer.
+type durable struct {
+	log      *diskbuf.Log
+	dir      string
+	policy   FsyncPolicy
+	zlog     *zap.Logger
+	stop     chan struct{}
+	stopped  sync.WaitGroup
+	observer func()
+
+	replayed atomic.Int64 // events an earlier client left, less those found not to be events
+	skipped  atomic.Int64 // replayed records with a valid checksum but no JSON object
+	lost     atomic.Int64 // events on disk only whose record was gone when read back (Stats.DiskLost)
+
+	// The disk as the buffer (see the top of this file).
+	q         *queue
+	settle    *settler
+	mu        sync.Mutex // an enqueue call's append and its memory-or-disk decision; the reader's hand-over
+	spilling  bool       // events go to disk only until the reader has caught up; guarded by mu
+	onDisk    int64      // accepted events on disk only, not read back yet; guarded by mu
+	runs      []epochRun // their ledger epochs, oldest first; guarded by mu
+	onDiskNow atomic.Int64
+	spilled   atomic.Int64  // events accepted to disk only since New
+	wake      chan struct{} // cap 1: events went to disk only, or places were freed
+	readStop  chan struct{}
+	readDone  chan struct{}
+	// readerDone: Close took the events on disk only (guarded by mu);
+	// readFailing: the last read failed (reader goroutine only).
+	readerDone, readFailing bool
+}
+
+// openDurable opens d.dir and returns the buffer and the number of events
+// an earlier client left there (read back later: see startReader).
+func openDurable(d *diskSettings, zlog *zap.Logger) (*durable, int, error) {
+	log, n, err := diskbuf.OpenLog(d.dir, diskbuf.Options{
+		SegmentBytes: d.segment,
+		MaxBytes:     d.limit,
+		NoMmap:       d.noMmap,
+		Logf:         func(format string, args ...any) { zlog.Warn(fmt.Sprintf(format, args...)) },
+		Errorf:       func(format string, args ...any) { zlog.Error(fmt.Sprintf(format, args...)) },
+	})
+	if errors.Is(err, diskbuf.ErrLocked) {
+		return nil, 0, fmt.Errorf("%w: %s", ErrDiskBufferLocked, d.dir)
+	}
+	if err != nil {
+		return nil, 0, &DiskError{Op: "open", Dir: d.dir, Err: err}
+	}
+	dur := &durable{log: log, dir: d.dir, policy: d.policy, zlog: zlog, stop: make(chan struct{}), observer: d.syncObserver,
+		wake: make(chan struct{}, 1), readStop: make(chan struct{}), readDone: make(chan struct{})}
+	dur.replayed.Store(int64(n))
+	st := log.Stats() // logged at every start, so that durable mode shows in the logs
+	zlog.Info("disk buffer opened", zap.String("dir", d.dir), zap.Int("replayed", n),
+		zap.Int64("bytes", log.Size()), zap.Int64("limit", d.limit),
+		zap.Int("torn", st.Torn), zap.Int("corrupt", st.Corrupt),
+		zap.Int("missingSegments", st.Missing), zap.Int("skippedEntries", st.Skipped))
+	if d.policy == FsyncInterval {
+		dur.stopped.Add(1)
+		go dur.syncEvery(d.interval)
+	}
+	return dur, n, nil
+}
+
+func (d *durable) syncEvery(iv time.Duration) {
+	defer d.stopped.Done()
+	t := time.NewTicker(iv)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.stop:
+			return
+		case <-t.C:
+			d.sync()
+		}
+	}
+}
+
+func (d *durable) sync() {
+	if err := d.log.Sync(); err != nil {
+		d.zlog.Error("disk buffer: fsync failed", zap.String("dir", d.dir), zap.Error(err))
+	}
+	if d.observer != nil {
+		d.observer()
+	}
+}
+
+// beforeBatch runs when a consumer takes a batch (FsyncEveryBatch).
+func (d *durable) beforeBatch() {
+	if d.policy == FsyncEveryBatch {
+		d.sync()
+	}
+}
+
+// append writes ev's JSON and records its place in ev.
+func (d *durable) append(ev *event, data []byte) error {
+	seg, off, err := d.log.Append(data)
+	switch {
+	case err == nil:
+		ev.seg, ev.off = seg, off
+		return nil
+	case errors.Is(err, diskbuf.ErrFull):
+		return fmt.Errorf("%w: the disk buffer reached its size limit", ErrQueueFull)
+	case errors.Is(err, diskbuf.ErrClosed):
+		return ErrClosed
+	case errors.Is(err, diskbuf.ErrDirGone):
+		return &DiskError{Op: "append", Dir: d.dir, Err: ErrDiskBufferGone}
+	default:
+		return &DiskError{Op: "append", Dir: d.dir, Err: err}
+	}
+}
+
+// ack records the outcome of evs; their space is reclaimed with their
+// segment.
+func (d *durable) ack(evs []event) {
+	onDisk := evs
+	for i := range evs {
+		if evs[i].seg == nil { // never written: ack the others from a copy, the caller's slice stays as it is
+			onDisk = make([]event, 0, len(evs))
+			for _, ev := range evs {
+				if ev.seg != nil {
+					onDisk = append(onDisk, ev)
+				}
+			}
+			break
+		}
+	}
+	if err := d.log.Ack(len(onDisk), func(i int) (*diskbuf.Segment, uint32) { return onDisk[i].seg, onDisk[i].off }); err != nil {
+		d.zlog.Error("disk buffer: acknowledgement not written; the events may be sent again by a later client",
+			zap.String("dir", d.dir), zap.Error(err))
+	}
+}
+
+// close stops the sync goroutine and closes the log (syncing it).
+func (d *durable) close() {
+	close(d.stop)
+	d.stopped.Wait()
+	if err := d.log.Close(); err != nil {
+		d.zlog.Error("disk buffer: close failed", zap.String("dir", d.dir), zap.Error(err))
+	}
+}
 
 // epochRun is a run of spilled events accepted in the same ledger epoch.
 type epochRun struct {
@@ -44,19 +188,19 @@ const readerIdle = 100 * time.Millisecond
 // readerStopWait bounds how long Close waits for a read in progress.
 const readerStopWait = 100 * time.Millisecond
 
-// acceptDurable is accept in durable mode: it appends the event's JSON to
+// accept is Client.accept in durable mode: it appends the event's JSON to
 // the log (written to the OS before the call returns), then queues it in
 // memory, or leaves it on disk only when memory is full or events are
 // already on disk only. With wait (EnqueueContext) it waits for disk space
 // when the disk limit is reached; it never waits while the disk has room.
-func (c *Client) acceptDurable(ctx context.Context, wait bool, sc *scratch, withCopy Message) error {
-	d := c.disk
+// closed is the client's: set, a waiting call returns ErrClosed.
+func (d *durable) accept(ctx context.Context, wait bool, sc *scratch, withCopy Message, closed *atomic.Bool) error {
 	for {
 		var freed <-chan struct{}
 		if wait {
 			freed = d.log.Freed() // before the append: a reclaim after it is not missed
 		}
-		err := c.acceptDurableOnce(sc, withCopy)
+		err := d.acceptOnce(sc, withCopy)
 		if !wait || !errors.Is(err, ErrQueueFull) {
 			return err
 		}
@@ -66,15 +210,15 @@ func (c *Client) acceptDurable(ctx context.Context, wait bool, sc *scratch, with
 		case <-ctx.Done():
 			return fmt.Errorf("%w: %w", err, ctx.Err())
 		}
-		if c.closed.Load() {
+		if closed.Load() {
 			return ErrClosed
 		}
 	}
 }
 
-func (c *Client) acceptDurableOnce(sc *scratch, withCopy Message) error {
-	d := c.disk
-	q := c.q
+// acceptOnce is one try of accept.
+func (d *durable) acceptOnce(sc *scratch, withCopy Message) error {
+	q := d.q
 	data := sc.enc.buf
 	var ev event
 	d.mu.Lock()

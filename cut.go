@@ -1,0 +1,231 @@
+package analytics
+
+import (
+	"math/bits"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// How a consumer cuts a batch (docs/delivery.md R3, R66–R68). Every cut
+// keeps the events in order and carries the batch's attempts and budgets
+// on to both pieces (cutAt):
+//
+//   - before sending, a batch over a learned limit (learned.go) is cut down
+//     to it, and the rest waits its turn (fit);
+//   - after a 413 without learned limits, the batch is halved (split);
+//   - after a 400 on a batch of several events, it is halved until the
+//     events at fault are alone, within a request budget (isolate, R66);
+//   - after a second 429 in a row without a usable Retry-After, it is
+//     halved as its counted retry (splitTooMany, R68).
+
+// split answers a 413 (R3): b is cut into two halves, same events in the
+// same order, and both go to the waiting room due at once, the first half
+// first, so that one oversized event fails alone instead of taking the
+// others with it. Nothing was stored, so nothing is duplicated. Each half
+// carries on b's attempt count (X-Retry-Count continues, R7) and its
+// budgets: counted retries used, first counted failure, failure streak. A
+// split is not a retry of its own and spends no budget.
+func (w *consumer) split(b *batch, now time.Time) {
+	if !b.cut { // one line per refused batch, not one per piece (R51)
+		w.log.Debug("batch answered 413: halving it until its events fit", zap.Int("events", len(b.events)))
+	}
+	b.rateLimited, b.retryPending = false, false
+	w.splitAndPark(b, now, now)
+}
+
+// fit cuts b down before it is sent while it is over a learned limit (R67,
+// R68): b keeps its first events, as many as the limit allows, and the
+// rest goes to the waiting room, due at once, to be looked at again when
+// its turn comes. A batch whose body is over the limit is cut only by the
+// consumer that may send a body of an untried size (readyToSend), so the piece
+// it sends is the size the search tries next.
+func (w *consumer) fit(b *batch) {
+	for w.limits.tooLarge(b, w.q.perEvent) {
+		now := time.Now()
+		k := w.limits.fitting(b, w.q.perEvent)
+		if b.attempts > 0 {
+			w.settle.stats.recuts.Add(1)
+		}
+		w.log.Debug("batch over the learned limit: sending it in pieces", zap.Int("events", len(b.events)), zap.Int("first", k))
+		_, rest := cutAt(b, k)
+		w.park(rest, now)
+	}
+}
+
+// isolate answers a 400 on a batch of several events (R66): the server
+// refused the whole request for what may be one event, so the batch is
+// halved, both halves due at once, until the events at fault fail alone,
+// while the budget of the first refused batch lasts. Without budget the
+// batch fails whole, as it would have without this rule.
+func (w *consumer) isolate(b *batch, now time.Time) bool {
+	if b.isolation == nil {
+		b.isolation = newIsolation(b)
+		w.log.Debug("batch answered 400: halving it until the events at fault are alone", zap.Int("events", len(b.events)))
+	}
+	if !b.isolation.take() {
+		return false
+	}
+	w.settle.stats.isolations.Add(1)
+	w.splitAndPark(b, now, now)
+	return true
+}
+
+// splitTooMany answers the second 429 in a row without a usable
+// Retry-After on a batch larger than any delivered since (R68): the batch
+// is halved and the halves wait the first counted delay, each with its own
+// jitter. This is the batch's counted retry: both halves carry it, and
+// when a budget is spent the batch fails as R27 and R28 say.
+func (w *consumer) splitTooMany(b *batch, now time.Time) bool {
+	if w.policy.spent(b, now) != nil {
+		return false // retryLater fails it with the budget's reason
+	}
+	w.limits.refusedCount(len(b.events))
+	_, _, line := w.room.failed(b, now) // a counted failure, for the server's health (R60, R61)
+	first := b.retries
+	b.retries++
+	b.retryPending = true
+	b.rateLimited = false
+	if !b.cut { // one line per refused batch, not one per piece (R51)
+		w.log.Debug("batch answered 429 twice without Retry-After: sending it again as two halves",
+			zap.Int("events", len(b.events)))
+	}
+	w.splitAndPark(b, now.Add(w.firstDelay(first)), now.Add(w.firstDelay(first)))
+	w.outage.write(line) // R51
+	return true
+}
+
+// firstDelay is the wait of a half after a split on repeated 429s (R68):
+// the first counted delay (R26's d_1, its own jitter each call), or what
+// the compatibility configuration sets for retry number retries.
+func (w *consumer) firstDelay(retries int) time.Duration {
+	if d, custom := w.policy.compatDelay(retries); custom {
+		return d
+	}
+	return w.policy.delay(1)
+}
+
+// halve cuts b into two batches, the first half (len/2 events) staying in
+// b; same events in the same order. The second carries on everything b
+// carries: attempts (X-Retry-Count, R7), counted retries, first counted
+// failure, failure streak (R61), flags, the last answer and the isolation
+// budget.
+// A split after an answer marks b cut first (R3, R66, R68); a cut before
+// sending (fit) does not, so its halves are cut again if still too large.
+func halve(b *batch) (first, second *batch) {
+	return cutAt(b, len(b.events)/2)
+}
+
+// cutAt cuts b into b.events[:mid], staying in b, and the rest, carried on
+// as halve says.
+func cutAt(b *batch, mid int) (first, second *batch) {
+	if b.isolation != nil {
+		b.isolation.mu.Lock()
+		b.isolation.pieces++
+		b.isolation.mu.Unlock()
+	}
+	second = newBatch(len(b.events) - mid)
+	second.events = append(second.events, b.events[mid:]...)
+	clear(b.events[mid:])
+	b.events = b.events[:mid]
+	b.bytes = eventBytes(b.events)
+	events := second.events
+	*second = *b
+	second.events, second.bytes = events, eventBytes(events)
+	return b, second
+}
+
+// splitAndPark halves b, refused as a whole (R3, R66, R68), marks it cut
+// and puts the halves in the waiting room, the first due at d1 and the
+// second at d2.
+func (w *consumer) splitAndPark(b *batch, d1, d2 time.Time) {
+	b.cut = true
+	first, second := halve(b)
+	w.park(first, d1)
+	w.park(second, d2)
+}
+
+// park puts b in the waiting room, due at due; a batch that finds the room
+// closed (Close handed everything back) is handed back.
+func (w *consumer) park(b *batch, due time.Time) {
+	if !w.room.wait(b, due) {
+		w.settle.handBack(b, nil)
+	}
+}
+
+// isolation is the request budget of a batch being halved after a 400
+// (R66), shared by every piece of it, and what the pieces came to: the
+// logs say it in one line once every piece has its outcome (R51), not a
+// line per piece.
+type isolation struct {
+	left     atomic.Int64 // requests the pieces may still make
+	requests atomic.Int64 // requests made: the refused one and the pieces'
+	events   int          // in the refused batch
+
+	mu        sync.Mutex
+	pieces    int   // pieces without an outcome
+	delivered int64 // events delivered
+	failed    int64 // events failed
+	err       error // the first failure's error
+}
+
+// newIsolation starts the isolation of b, refused with a 400.
+func newIsolation(b *batch) *isolation {
+	s := &isolation{events: len(b.events), pieces: 1}
+	s.left.Store(isolationBudget(len(b.events)))
+	s.requests.Store(1)
+	return s
+}
+
+// settled records the outcome of a piece of n events (err nil: delivered;
+// a hand-back counts as neither) and reports whether it was the last.
+func (s *isolation) settled(n int, err error, handedBack bool) (last bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case handedBack:
+	case err == nil:
+		s.delivered += int64(n)
+	default:
+		s.failed += int64(n)
+		if s.err == nil {
+			s.err = err
+		}
+	}
+	s.pieces--
+	return s.pieces == 0
+}
+
+// report is the one line about an isolation that has ended (R51).
+func (s *isolation) report(log *zap.Logger) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fields := []zap.Field{zap.Int64("events", s.failed), zap.Int("ofBatch", s.events),
+		zap.Int64("delivered", s.delivered), zap.Int64("requests", s.requests.Load())}
+	if s.failed == 0 {
+		log.Debug("batch answered 400: its events were delivered once it was halved", fields...)
+		return
+	}
+	log.Error("events not delivered", append(fields, zap.Error(s.err))...)
+}
+
+// isolationBudget is the number of requests the pieces of a batch of n
+// events refused with a 400 may make: 4·⌈log₂ n⌉, enough to find two
+// events at fault among any n (halving finds one in 2·⌈log₂ n⌉).
+func isolationBudget(n int) int64 { return 4 * int64(bits.Len(uint(n-1))) }
+
+// take spends the two requests of one more halving; false when the budget
+// does not have them.
+func (s *isolation) take() bool {
+	for {
+		left := s.left.Load()
+		if left < 2 {
+			return false
+		}
+		if s.left.CompareAndSwap(left, left-2) {
+			return true
+		}
+	}
+}

@@ -1,0 +1,354 @@
+package analytics
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+)
+
+// What the client learns of a server's limits from its refusals
+// (docs/delivery.md R67–R69), shared by every consumer:
+//
+//   - a 413: the client searches the body limit between the largest body
+//     accepted and the smallest refused, and batches close at the size it
+//     tries next, then at the largest accepted (R67);
+//   - a batch answered 429 without a usable Retry-After twice in a row:
+//     the smallest batch refused so and the largest one delivered bound the
+//     number of events per batch from then on (R68);
+//   - a body larger than any the server has accepted goes alone: the other
+//     consumers wait for its answer before they send one (R69), so the
+//     consumers search the limit together, one size at a time.
+//
+// How a batch over these limits is cut is in cut.go.
+
+// The search for a body limit (R67). A 413 costs a request and its round
+// trip; a body smaller than the limit costs requests for the life of the
+// client. So the search tries sizes between the largest body accepted and
+// the smallest refused, as one request each, and may be refused
+// searchRefusals times: while two refusals are left it tries the point
+// probeWeight of the way from the largest accepted size (or one event's
+// body, when none was accepted) to the refused one on a logarithmic scale;
+// with one left, at most probeStep times the largest accepted, so that its
+// refusal leaves the client within probeStep of the limit; with none left,
+// or once the two sizes are within doneRatio of each other, batches close
+// at the largest accepted size.
+const (
+	searchRefusals = 3
+	probeWeight    = 0.55
+	probeStep      = 1.2
+	doneRatio      = 1.1
+)
+
+// learnedLimits is what the client has learned of the server's limits since New
+// (R67, R68). It is shared by every consumer and read by Stats; it sets the
+// queue's byte and event budgets when it learns something.
+type learnedLimits struct {
+	q        *queue
+	frame    int // bodyFrame: what a body adds around its events; batches close at the learned body limit less this (R67)
+	flushAt  int // the configured FlushAt
+	maxBytes int // the configured byte budget of a batch's events (R45)
+
+	mu            sync.Mutex
+	refusedBody   int  // smallest size (see size) answered 413 in this search; 0: none yet
+	refusals      int  // 413s in this search
+	oneEvent      int  // the size of a body of one event, as the refused batches average it
+	asSent        bool // the search goes by the largest body accepted as sent, not as reckoned
+	refusedEvents int  // fewest events in a batch split after repeated 429s (R68); 0: none yet
+
+	acceptedEvents atomic.Int64  // most events in a batch answered 2xx since New (R68)
+	acceptedSize   atomic.Int64  // largest size (see size) answered 2xx since New, or since the limit went down (R67, R69)
+	acceptedBody   atomic.Int64  // the largest body as sent answered 2xx in the same time
+	trying         chan struct{} // guarded by mu: a body of an untried size is on the wire; closed at its answer (R69)
+
+	searches atomic.Int64 // searches begun since New: a 413 on a body sent during an earlier one counts in none
+
+	body   atomic.Int64 // where batches close, in bytes; 0: no 413 yet (Stats.BodyLimit)
+	events atomic.Int64 // learned events per batch; 0: none (Stats.EventLimit)
+}
+
+// newLearnedLimits starts with nothing learned; frame is the bodyFrame of
+// the client's bodies.
+func newLearnedLimits(q *queue, frame int) *learnedLimits {
+	return &learnedLimits{q: q, frame: frame, flushAt: q.flushAt, maxBytes: q.maxBytes}
+}
+
+// bodyLimit and eventLimit are the learned limits, 0 when none is known.
+func (l *learnedLimits) bodyLimit() int  { return int(l.body.Load()) }
+func (l *learnedLimits) eventLimit() int { return int(l.events.Load()) }
+
+// size is how large b's body can be: its events, what the body adds to
+// each (R59) and the most the frame adds. It is known before b is encoded.
+func (l *learnedLimits) size(b *batch, perEvent int) int {
+	return b.inBody(perEvent) + l.frame
+}
+
+// raise sets a to v if v is larger.
+func raise(a *atomic.Int64, v int) {
+	for {
+		most := a.Load()
+		if int64(v) <= most || a.CompareAndSwap(most, int64(v)) {
+			return
+		}
+	}
+}
+
+// try asks to send a body of the given size (R69). When the server has
+// accepted one at least as large, or no body of an untried size is on the
+// wire, it returns wait nil: the caller may send, and when mine is not nil
+// it holds the turn and gives it back with done at the end of its
+// attempt. Otherwise the caller waits for wait to close and asks again.
+func (l *learnedLimits) try(size int) (mine, wait chan struct{}) {
+	if l.tried(size) {
+		return nil, nil // the common case takes no lock
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.tried(size) {
+		return nil, nil
+	}
+	if l.trying != nil {
+		return nil, l.trying
+	}
+	l.trying = make(chan struct{})
+	return l.trying, nil
+}
+
+// claim is asked before a new batch is taken from the queue. While the
+// answer to a body of an untried size may change where batches close
+// (nothing accepted yet, or a search for the body limit going on), only
+// the consumer holding the turn of an untried size takes one: claim then
+// returns mine, the turn (given back with done), or wait, closed at the
+// answer of the body on the wire, before which the caller takes nothing.
+// The events stay in the queue meanwhile and are batched at what the
+// answer teaches (R69). Otherwise both are nil.
+func (l *learnedLimits) claim() (mine, wait chan struct{}) {
+	if accepted := l.acceptedSize.Load(); accepted > 0 && l.body.Load() <= accepted {
+		return nil, nil // the common case takes no lock
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.trying != nil {
+		return nil, l.trying
+	}
+	l.trying = make(chan struct{})
+	return l.trying, nil
+}
+
+// untriedFloor is the body size up to which R69 holds no body back until
+// the first 413: small batches (a few events each, as at a low rate) go
+// side by side from the first request on, also while the server answers
+// nothing but failures. Once a 413 has come, every size the server has not
+// accepted goes alone, however small.
+const untriedFloor = 16 << 10
+
+// tried reports whether a body of the given size may go side by side with
+// others (R69): the server accepted one at least as large, or no 413 has
+// come yet and it is within untriedFloor.
+func (l *learnedLimits) tried(size int) bool {
+	return int64(size) <= l.acceptedSize.Load() || (size <= untriedFloor && l.body.Load() == 0)
+}
+
+// done gives back the turn try handed out, whatever the attempt's end.
+func (l *learnedLimits) done(mine chan struct{}) {
+	l.mu.Lock()
+	if l.trying == mine {
+		l.trying = nil
+	}
+	l.mu.Unlock()
+	close(mine)
+}
+
+// accepted records a body answered 2xx: size bytes as sent, estimate as
+// size reckons it before sending, n events.
+func (l *learnedLimits) accepted(size, estimate, n int) {
+	raise(&l.acceptedEvents, n)
+	if l.body.Load() == 0 && l.events.Load() == 0 {
+		// Nothing learned: nothing to search (the common case takes no lock).
+		raise(&l.acceptedSize, estimate)
+		raise(&l.acceptedBody, size)
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.refusedBody == 0 || estimate < l.refusedBody {
+		// A body at least as large as one refused was sent before the
+		// limit went down: it says nothing of the limit now.
+		raise(&l.acceptedSize, estimate)
+		raise(&l.acceptedBody, size)
+	}
+	l.applyLocked()
+}
+
+// refusedSize records a multi-event body answered 413 (R67): size bytes as
+// sent, estimate as size reckons it before sending, n events, sent during
+// search number search.
+func (l *learnedLimits) refusedSize(size, estimate, n int, search int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case search != l.searches.Load():
+		// Sent before the limit went down and answered after: it says the
+		// limit is below its size, and costs the search nothing.
+		if estimate < l.refusedBody {
+			l.refusedBody = estimate
+		}
+		l.applyLocked()
+		return
+	case int64(size) <= l.acceptedBody.Load():
+		// The server refuses what it accepted before: its limit went down.
+		// What it accepted says nothing any more; the search starts over,
+		// and every size is untried again (R69).
+		l.acceptedSize.Store(0)
+		l.acceptedBody.Store(0)
+		l.refusedBody, l.refusals = 0, 0
+	case int64(estimate) <= l.acceptedSize.Load():
+		// Refused, though no larger as reckoned than one accepted: the
+		// frame of that one was shorter. Sizes as sent are safe.
+		l.acceptedSize.Store(l.acceptedBody.Load())
+		l.asSent = true
+	}
+	begins := l.refusedBody == 0
+	if l.refusedBody == 0 || estimate < l.refusedBody {
+		l.refusedBody = estimate
+	}
+	l.refusals++
+	one := l.frame + (estimate-l.frame+n-1)/max(n, 1)
+	if l.oneEvent == 0 || one < l.oneEvent {
+		l.oneEvent = one
+	}
+	l.applyLocked()
+	if begins {
+		// A search begins: bodies already on the wire cost it nothing. It
+		// is counted after the limit is stored, so that a consumer that
+		// sees the new search also sees the limit (readyToSend).
+		l.searches.Add(1)
+	}
+}
+
+// refusedOne records a body of one event answered 413 (R67): it cannot be
+// cut, so it costs the search no refusal, but the server refuses bodies
+// of its size (estimate, as size reckons it), so no batch that large
+// follows. The first 413 begins a search.
+func (l *learnedLimits) refusedOne(estimate int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.refusedBody != 0 && estimate >= l.refusedBody {
+		return
+	}
+	begins := l.refusedBody == 0
+	l.refusedBody = estimate
+	l.applyLocked()
+	if begins {
+		l.searches.Add(1) // after the limit is stored, as refusedSize says
+	}
+}
+
+// refusedCount records a batch of n events split after repeated 429s
+// (R68).
+func (l *learnedLimits) refusedCount(n int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.refusedEvents == 0 || n < l.refusedEvents {
+		l.refusedEvents = n
+	}
+	l.applyLocked()
+}
+
+// bodyTargetLocked is the size at which batches close during and after a
+// search for the body limit (R67): the next size to try, or the largest
+// accepted when the search is over; 0 before any 413.
+func (l *learnedLimits) bodyTargetLocked() int {
+	hi := l.refusedBody
+	if hi == 0 {
+		return 0
+	}
+	// The largest body accepted, as reckoned; once one reckoned no larger
+	// was refused (its sentAt was longer), as sent, which is safe whatever
+	// the sentAt's length.
+	lo := int(min(l.acceptedSize.Load(), int64(hi-1)))
+	if l.asSent {
+		lo = int(min(l.acceptedBody.Load(), int64(hi-1)))
+	}
+	floor := max(min(l.oneEvent, hi-1), 1) // one event's body: a batch of one event
+	left := searchRefusals - l.refusals
+	switch {
+	case lo == 0 && left <= 1:
+		return floor // nothing accepted and no refusal to spare: one event at a time
+	case lo > 0 && (left <= 0 || float64(hi) <= doneRatio*float64(lo) || hi-lo <= l.oneEvent-l.frame):
+		return lo
+	}
+	each := max(l.oneEvent-l.frame, 1)
+	step := each + each/8 + 1 // a probe adds at least one event, of an event size or a little larger
+	if left == 1 {
+		return min(max(int(probeStep*float64(lo)), lo+step), hi-1)
+	}
+	from := max(lo, floor)
+	p := int(math.Exp((1-probeWeight)*math.Log(float64(from)) + probeWeight*math.Log(float64(hi))))
+	return min(max(p, lo+step), hi-1)
+}
+
+// tooManyForServer reports whether a batch of n events is larger than any
+// the server has accepted since New (R68): only then is its size the
+// suspect; a batch no larger than one delivered waits for the window.
+func (l *learnedLimits) tooManyForServer(n int) bool {
+	return int64(n) > l.acceptedEvents.Load()
+}
+
+// applyLocked derives the limits and hands them to the queue: batches
+// close at the size the search for the body limit tries next or settled
+// on (bodyTargetLocked), and at the larger of half the fewest events
+// refused with repeated 429s and the most delivered in one batch.
+func (l *learnedLimits) applyLocked() {
+	var events int
+	body := l.bodyTargetLocked()
+	if l.refusedEvents > 0 {
+		events = max(int(l.acceptedEvents.Load()), (l.refusedEvents+1)/2)
+	}
+	if int64(body) == l.body.Load() && int64(events) == l.events.Load() {
+		return
+	}
+	l.body.Store(int64(body))
+	l.events.Store(int64(events))
+	maxBytes, flushAt := l.maxBytes, l.flushAt
+	if body > 0 {
+		maxBytes = min(maxBytes, max(body-l.frame, 1))
+	}
+	if events > 0 {
+		flushAt = min(flushAt, events)
+	}
+	l.q.setBudget(maxBytes, flushAt)
+}
+
+// tooLarge reports whether b should be cut before it is sent: it has
+// several events and is over a learned limit (R67, R68). A batch taken
+// before the limit was learned, or waiting for a retry, is one; a half of
+// a split is not: it goes out as cut (R3, R66, R68).
+func (l *learnedLimits) tooLarge(b *batch, perEvent int) bool {
+	if len(b.events) < 2 || b.cut {
+		return false
+	}
+	if n := l.eventLimit(); n > 0 && len(b.events) > n {
+		return true
+	}
+	body := l.bodyLimit()
+	return body > 0 && l.size(b, perEvent) > body
+}
+
+// fitting is where b, over a learned limit, is cut before it is sent
+// (R67, R68): after the most events whose body fits the body limit, at
+// least one; in halves when only the event limit binds (the first half is
+// looked at again).
+func (l *learnedLimits) fitting(b *batch, perEvent int) int {
+	body := l.bodyLimit()
+	if body == 0 || l.size(b, perEvent) <= body {
+		return max(len(b.events)/2, 1)
+	}
+	room, k := body-l.frame, 0 // room for the events, their commas and what the body adds to each
+	for used := -1; k < len(b.events); k++ {
+		used += weight(b.events[k].data, perEvent)
+		if used > room {
+			break
+		}
+	}
+	return max(k, 1)
+}

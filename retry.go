@@ -1,0 +1,119 @@
+package analytics
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+)
+
+// The counted-retry policy (docs/delivery.md R26–R28): the budgets a
+// consumer checks, and the delay before each counted retry.
+
+// retryPolicy is what the consumer needs of the configuration.
+type retryPolicy struct {
+	maxRetries      int
+	maxBackoffTotal time.Duration
+	httpTimeout     time.Duration
+	// delay is the wait before the k-th counted retry of a streak (k ≥ 1,
+	// R26, R61): the configured backoffPolicy's delay. A shared.Compat
+	// RetryDelay does not replace it; it is retryDelay, which compatDelay
+	// prefers.
+	delay      func(k int) time.Duration
+	retryDelay func(k int) time.Duration // shared.Compat RetryDelay; nil: delay
+	stop       *atomic.Bool              // shared.Compat FastClose: no retry once set; nil without
+}
+
+// spent is the counted-retry budget b has used up at now, or nil while b
+// may be retried: ErrRetriesExhausted after maxRetries counted retries
+// (R27), ErrBackoffDurationExceeded once maxBackoffTotal has passed since
+// b's first counted failure (R28, D15). That failure is now if b has none
+// yet.
+func (p retryPolicy) spent(b *batch, now time.Time) error {
+	if b.firstFailure.IsZero() {
+		b.firstFailure = now
+	}
+	if b.retries >= p.maxRetries {
+		return ErrRetriesExhausted
+	}
+	if now.Sub(b.firstFailure) >= p.maxBackoffTotal {
+		return ErrBackoffDurationExceeded
+	}
+	return nil
+}
+
+// compatDelay is the counted-retry delay a shared.Compat RetryDelay sets,
+// clamped to the engine's budget; ok is false without one.
+func (p retryPolicy) compatDelay(k int) (d time.Duration, ok bool) {
+	if p.retryDelay == nil {
+		return 0, false
+	}
+	return min(max(p.retryDelay(k), 0), p.maxBackoffTotal), true
+}
+
+// stopped reports whether retries have ended: Close began on a client
+// with shared.Compat FastClose.
+func (p retryPolicy) stopped() bool {
+	return p.stop != nil && p.stop.Load()
+}
+
+// backoffPolicy describes the counted-retry delays (R26). The client uses
+// the values of defaultBackoffPolicy; no option changes them.
+type backoffPolicy struct {
+	InitialInterval     time.Duration
+	Multiplier          float64
+	MaxInterval         time.Duration
+	RandomizationFactor float64
+	// MaxElapsedTime is 0: the library's own limit is disabled because the
+	// client enforces MaxRetries and MaxTotalBackoffDuration itself.
+	MaxElapsedTime time.Duration
+}
+
+// defaultBackoffPolicy returns the backoff of docs/delivery.md §2 (R26): 500 ms × 2 up to
+// 60 s, ±10 % jitter, no elapsed-time limit.
+func defaultBackoffPolicy() backoffPolicy {
+	return backoffPolicy{
+		InitialInterval:     500 * time.Millisecond,
+		Multiplier:          2,
+		MaxInterval:         60 * time.Second,
+		RandomizationFactor: 0.1,
+		MaxElapsedTime:      0,
+	}
+}
+
+// delay is the wait before the k-th counted retry of a streak (k ≥ 1; R26,
+// R61): the k-th NextBackOff of a fresh ExponentialBackOff of p, a uniform
+// draw from [1 − RandomizationFactor, 1 + RandomizationFactor] ×
+// min(MaxInterval, InitialInterval × Multiplier^(k−1)). A batch keeps no
+// backoff of its own, so k may restart at any time. Past maxBackoffSteps
+// the interval is MaxInterval (the policy is fixed: 500 ms × 2 reaches
+// 60 s at the 8th step), so no more steps are taken.
+func (p backoffPolicy) delay(k int) time.Duration {
+	bo := newBackoff(p)
+	d := bo.NextBackOff()
+	for i := 1; i < min(k, maxBackoffSteps); i++ {
+		d = bo.NextBackOff()
+	}
+	return d
+}
+
+// maxBackoffSteps bounds the NextBackOff calls delay makes.
+const maxBackoffSteps = 64
+
+// longestFirst is the longest first delay (k = 1) delay draws:
+// InitialInterval × (1 + RandomizationFactor).
+func (p backoffPolicy) longestFirst() time.Duration {
+	return p.InitialInterval + time.Duration(float64(p.InitialInterval)*p.RandomizationFactor)
+}
+
+// newBackoff is the ExponentialBackOff of p: counted-retry delays and the
+// OAuth token source's.
+func newBackoff(p backoffPolicy) *backoff.ExponentialBackOff {
+	return backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(p.InitialInterval),
+		backoff.WithMultiplier(p.Multiplier),
+		backoff.WithMaxInterval(p.MaxInterval),
+		backoff.WithRandomizationFactor(p.RandomizationFactor),
+		backoff.WithMaxElapsedTime(p.MaxElapsedTime),
+	)
+}
