@@ -59,15 +59,13 @@ const (
 
 // do is client.Do with a panic of the transport (or of anything else the
 // http.Client calls) as the attempt's error; a nil response without an
-// error is an error too. A nil Body becomes an empty one.
+// error is an error too. (A nil Body needs nothing here: http.Client.Do
+// replaces it with an empty one, or fails when a length was announced.)
 func do(client *http.Client, req *http.Request, log *zap.Logger) (resp *http.Response, err error) {
 	defer contain(log, userHTTP, &err)
 	resp, err = client.Do(req)
 	if err == nil && resp == nil {
 		err = errNilResponse
-	}
-	if err == nil && resp.Body == nil {
-		resp.Body = http.NoBody
 	}
 	return resp, err
 }
