@@ -309,17 +309,26 @@ func simCheck(run *simRun) []simViolation {
 			continue
 		}
 		t, until := a.final.done, a.final.raUntil
+		// The episode's earliest possible start: answers of one instant
+		// may have been taken in in any order, so an instant with a
+		// usable Retry-After may have (re)started the episode even if
+		// other answers of that instant ended it (R31, R34).
 		start := t
-		for i := len(answers) - 1; i >= 0; i-- {
-			e := answers[i]
-			if e.at.After(t) {
+		for i := len(answers) - 1; i >= 0; {
+			at := answers[i].at
+			ra, other := false, false
+			for ; i >= 0 && answers[i].at.Equal(at); i-- {
+				ra = ra || answers[i].ra
+				other = other || !answers[i].ra
+			}
+			if at.After(t) {
 				continue
 			}
-			if !e.ra && e.at.Before(start) {
-				break
+			if ra && at.Before(start) {
+				start = at
 			}
-			if e.ra && e.at.Before(start) {
-				start = e.at
+			if other && at.Before(t) {
+				break
 			}
 		}
 		for bi, b := range atts {
