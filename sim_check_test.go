@@ -832,6 +832,12 @@ func simCheck(run *simRun) []simViolation {
 		}
 	}
 
+	// The timing checkers of sim_timing_test.go.
+	tm := newSimTiming(run, atts, seenIDs, outs, bad)
+	tm.countedWaits(prevOf, gated)
+	tm.bodyEvents()
+	tm.isolation(outs)
+
 	// The accounting audit: Stats against what the server and the
 	// callbacks saw.
 	st := run.stats
