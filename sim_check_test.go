@@ -560,6 +560,11 @@ func simCheck(run *simRun) []simViolation {
 		}
 		i = j
 	}
+	outs := map[string][]simOutcome{}
+	for _, o := range run.out {
+		outs[o.id] = append(outs[o.id], o)
+	}
+	tm := newSimTiming(run, atts, seenIDs, outs, bad)
 	// A counted retry leaves no later than R26's longest wait for its
 	// streak (the batch's counted failures since the last 2xx to any
 	// batch, R61), unless the gate, the allowance, busy consumers, a
@@ -625,12 +630,20 @@ func simCheck(run *simRun) []simViolation {
 					fails++
 				}
 			}
-			if len(window) >= 8 && fails*2 < len(window)-4 {
+			if _, surely := tm.health(p); surely {
+				dk = healthyWaitMax // d_h (R61)
+			} else if len(window) >= 8 && fails*2 < len(window)-4 {
 				dk = 500 * time.Millisecond // d_1: the healthy wait d_h (R61) is shorter
 			}
 			late := p.final.done.Add(dk*11/10 + 250*time.Millisecond)
 			if endOf(p).After(p.final.done) {
 				late = endOf(p).Add(dk*11/10 + 250*time.Millisecond)
+			}
+			// A 2xx while it waits makes it due within d_1 (R62).
+			for _, u := range twoxx {
+				if u.After(endOf(p)) && u.Add(simRelease+250*time.Millisecond).Before(late) {
+					late = u.Add(simRelease + 250*time.Millisecond)
+				}
 			}
 			if !a.at.After(late) || gated(p.final.done, a.at) || tokensAt[ai] < 3 || tokensBefore(late) < 3 ||
 				(!run.close.at.IsZero() && a.at.After(run.close.at)) {
@@ -665,10 +678,6 @@ func simCheck(run *simRun) []simViolation {
 	}
 
 	// INV1, INV2 and each outcome's error against what the server said.
-	outs := map[string][]simOutcome{}
-	for _, o := range run.out {
-		outs[o.id] = append(outs[o.id], o)
-	}
 	var nDelivered, nFailed, nBack int
 	for id, os := range outs {
 		if _, ok := accepted[id]; !ok {
@@ -833,7 +842,6 @@ func simCheck(run *simRun) []simViolation {
 	}
 
 	// The timing checkers of sim_timing_test.go.
-	tm := newSimTiming(run, atts, seenIDs, outs, bad)
 	tm.countedWaits(prevOf, gated)
 	tm.bodyEvents()
 	tm.isolation(outs)
