@@ -630,10 +630,11 @@ func simCheck(run *simRun) []simViolation {
 					fails++
 				}
 			}
-			if _, surely := tm.health(p); surely {
-				dk = healthyWaitMax // d_h (R61)
-			} else if len(window) >= 8 && fails*2 < len(window)-4 {
+			if len(window) >= 8 && fails*2 < len(window)-4 {
 				dk = 500 * time.Millisecond // d_1: the healthy wait d_h (R61) is shorter
+				if _, surely := tm.health(p); surely {
+					dk = healthyWaitMax // d_h (R61), healthy by any count
+				}
 			}
 			late := p.final.done.Add(dk*11/10 + 250*time.Millisecond)
 			if endOf(p).After(p.final.done) {
@@ -845,6 +846,7 @@ func simCheck(run *simRun) []simViolation {
 	tm.countedWaits(prevOf, gated)
 	tm.bodyEvents()
 	tm.isolation(outs)
+	tm.rateLimits(outs)
 
 	// The accounting audit: Stats against what the server and the
 	// callbacks saw.

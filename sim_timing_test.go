@@ -97,8 +97,9 @@ func (t *simTiming) streaks(p simAttempt) (lo, hi int) {
 
 // health says whether the client may have judged the server healthy for
 // p's batch when it recorded p's failure (R63), and whether it surely did:
-// answers of p's instant may have been recorded before or after it, in any
-// order; the batch's own failures since the last 2xx are left out.
+// answers of one instant may have been recorded in any order (those of
+// p's instant before or after it, those at the window's far end in or
+// out of it); the batch's own failures since the last 2xx are left out.
 func (t *simTiming) health(p simAttempt) (maybe, surely bool) {
 	lo, hi := t.streaks(p)
 	var before, same []simAnswer
@@ -120,27 +121,60 @@ func (t *simTiming) health(p simAttempt) (maybe, surely bool) {
 			variants[1] = append(variants[1], o)
 		}
 	}
+	healthy := func(f, seen, own int) bool { return seen-own >= 4 && 2*(f-own) < seen-own }
 	surely = true
 	for _, v := range variants {
-		w := append(append(append([]simAnswer(nil), before...), v...), simAnswer{p.final.done, true, p.ids[0]})
-		if len(w) > 16 {
-			w = w[len(w)-16:]
-		}
-		fails, trailing := 0, 0
-		for _, o := range w {
+		vf := 0
+		for _, o := range v {
 			if o.fail {
-				fails++
-				trailing++
-			} else {
-				trailing = 0
+				vf++
 			}
 		}
-		for _, k := range []int{lo, hi} {
-			own := min(k, trailing)
-			seen, f := len(w)-own, fails-own
-			h := seen >= 4 && 2*f < seen
-			maybe = maybe || h
-			surely = surely && h
+		// The window: p, v, and the newest of before, whole instants but
+		// the oldest, of which any r answers may be in it.
+		room := 16 - 1 - len(v)
+		fmin, fmax := 1+vf, 1+vf
+		seen := 1 + len(v)
+		i := len(before) - 1
+		for room > 0 && i >= 0 {
+			at := before[i].at
+			gs, gf := 0, 0
+			for ; i >= 0 && before[i].at.Equal(at); i-- {
+				if before[i].fail {
+					gf++
+				} else {
+					gs++
+				}
+			}
+			r := min(room, gs+gf)
+			fmin += max(0, r-gs)
+			fmax += min(r, gf)
+			seen += r
+			room -= r
+		}
+		// The failures after the last 2xx: p's at least; at most p's,
+		// v's, and those of earlier instants back to one with a 2xx.
+		tmax := 1 + vf
+		if vf == len(v) {
+			for j := len(before) - 1; j >= 0; {
+				at := before[j].at
+				gs, gf := 0, 0
+				for ; j >= 0 && before[j].at.Equal(at); j-- {
+					if before[j].fail {
+						gf++
+					} else {
+						gs++
+					}
+				}
+				tmax += gf
+				if gs > 0 {
+					break
+				}
+			}
+		}
+		for _, own := range []int{min(lo, 1), min(hi, tmax), min(lo, tmax)} {
+			maybe = maybe || healthy(fmin, seen, own)
+			surely = surely && healthy(fmax, seen, own)
 		}
 	}
 	return maybe, surely
@@ -260,4 +294,217 @@ func (t *simTiming) coincides(a simAttempt) bool {
 		}
 	}
 	return false
+}
+
+// simResp is one answer that reached the client (a status, not a
+// transport error): with a usable Retry-After on a retryable status, or
+// not (R34).
+type simResp struct {
+	at time.Time
+	ra bool
+}
+
+// responses are the answers, by arrival.
+func (t *simTiming) responses() []simResp {
+	var rs []simResp
+	for _, a := range t.atts {
+		if !a.final.done.IsZero() && a.final.status != 0 {
+			rs = append(rs, simResp{a.final.done, a.class() == clsRA})
+		}
+	}
+	sort.SliceStable(rs, func(i, j int) bool { return rs[i].at.Before(rs[j].at) })
+	return rs
+}
+
+// episode bounds the start of the episode a usable Retry-After answered at
+// t belongs to (R31, R34): answers of one instant may have been taken in
+// in any order. ended is true when an answer of t's own instant may have
+// ended the episode after t's (then an unserved deadline holds alone).
+func simEpisode(rs []simResp, t time.Time) (early, late time.Time, ended bool) {
+	early, late = t, t
+	lateSet := false
+	for i := len(rs) - 1; i >= 0; {
+		at := rs[i].at
+		ra, other := false, false
+		for ; i >= 0 && rs[i].at.Equal(at); i-- {
+			ra = ra || rs[i].ra
+			other = other || !rs[i].ra
+		}
+		switch {
+		case at.After(t):
+			continue
+		case at.Equal(t):
+			ended = other
+			if other {
+				lateSet = true
+			}
+			continue
+		}
+		if ra {
+			early = at
+			if !lateSet && !other {
+				late = at
+			}
+		}
+		if other {
+			if ra && !lateSet {
+				late = at
+			}
+			return early, late, ended
+		}
+	}
+	return early, late, ended
+}
+
+// busy reports whether an attempt was on the wire at some instant of
+// [from, to), or a callback ran then: a consumer may have been held.
+func (t *simTiming) busy(from, to time.Time) bool {
+	for _, b := range t.atts {
+		end := b.final.done
+		if b.final.end.After(end) {
+			end = b.final.end
+		}
+		if end.IsZero() || b.at.Before(to) && end.After(from) && end.After(b.at) {
+			return true
+		}
+	}
+	for _, sp := range t.run.callSpans {
+		if sp[0].Before(to) && sp[1].After(from) {
+			return true
+		}
+	}
+	return false
+}
+
+// nextOf is when the events of a were next attempted or given an outcome
+// after a's answer; zero if never.
+func (t *simTiming) nextOf(a simAttempt, outs map[string][]simOutcome) time.Time {
+	var n time.Time
+	for _, x := range t.seenIDs[a.ids[0]] {
+		if b := t.atts[x]; b.at.After(a.final.done) || b.at.Equal(a.final.done) && b.idx > a.idx {
+			n = b.at
+			break
+		}
+	}
+	if os := outs[a.ids[0]]; len(os) > 0 && (n.IsZero() || os[0].at.Before(n)) {
+		n = os[0].at
+	}
+	return n
+}
+
+// rateLimits checks what a usable Retry-After starts: a batch waiting on
+// it is sent again when the gate opens (R32), or fails when the episode
+// has lasted MaxRateLimitDuration, never later (R35); and when the gate
+// opens with the episode still open, one request goes first and the
+// others wait for its answer (R64). Each check applies only where nothing
+// else may hold a consumer: no attempt on the wire, no callback running,
+// no Close.
+func (t *simTiming) rateLimits(outs map[string][]simOutcome) {
+	sc := t.run.sc
+	if sc.CallbackSlowMS > 0 {
+		return
+	}
+	rs := t.responses()
+	limit := sc.maxRateLimit()
+	closeAt := t.run.close.at
+	before := func(x time.Time) bool { return closeAt.IsZero() || x.Before(closeAt) }
+	// deadline is the gate's deadline from a's Retry-After on: the latest
+	// instant named by usable Retry-Afters answered before it passed.
+	deadline := func(a simAttempt) time.Time {
+		d := a.final.raUntil
+		for changed := true; changed; {
+			changed = false
+			for _, b := range t.atts {
+				if b.class() == clsRA && !b.final.done.After(d.Add(time.Second)) && b.final.raUntil.After(d) {
+					d, changed = b.final.raUntil, true
+				}
+			}
+		}
+		return d
+	}
+	otherAnswer := func(from, to time.Time) bool { // an answer that ends the episode (R34)
+		for _, r := range rs {
+			if !r.ra && !r.at.Before(from) && !r.at.After(to) {
+				return true
+			}
+		}
+		return false
+	}
+	for ai, a := range t.atts {
+		if a.class() != clsRA {
+			continue
+		}
+		tA := a.final.done
+		early, late, ended := simEpisode(rs, tA)
+		n := t.nextOf(a, outs)
+		// R35: the episode ends MaxRateLimitDuration after its start. (An
+		// episode that had run out by t ended at a consumer's look at the
+		// gate, or ends at t: a new one may begin at t.)
+		if !late.Add(limit).After(tA) {
+			late = tA
+		}
+		if end := late.Add(limit); !ended && a.final.raUntil.After(end.Add(time.Second+simTolerance)) && before(end.Add(simTolerance)) &&
+			!otherAnswer(tA.Add(1), end.Add(simTolerance)) && !t.busy(end.Add(-simTolerance), end.Add(simTolerance)) &&
+			(n.IsZero() || n.After(end.Add(simTolerance))) {
+			t.bad("R35", "attempt %d: rate limited at +%v, its episode began by +%v, MaxRateLimitDuration %v; its events waited until %v",
+				ai, tA.Sub(t.run.start), late.Sub(t.run.start), limit, simAt(t.run.start, n))
+		}
+		// R32: sent again when the gate opens.
+		d := deadline(a)
+		open := d.Add(time.Second) // (an HTTP-date is rounded up, R21)
+		if !open.Before(early.Add(limit)) || !before(open.Add(simTolerance)) || n.IsZero() || !n.After(open.Add(simTolerance)) {
+			continue
+		}
+		if t.busy(d.Add(-simTolerance), n) {
+			continue
+		}
+		t.bad("R32", "attempt %d: rate limited until +%v; its events waited until %v with nothing else going on",
+			ai, d.Sub(t.run.start), simAt(t.run.start, n))
+	}
+	// R64: the first request after a deadline, while the episode is open,
+	// goes alone until its answer.
+	for _, a := range t.atts {
+		if a.class() != clsRA {
+			continue
+		}
+		d := deadline(a)
+		if d != a.final.raUntil {
+			continue // judged from the Retry-After that set it
+		}
+		early, _, ended := simEpisode(rs, a.final.done)
+		var lastRA time.Time
+		for _, r := range rs {
+			if r.ra && !r.at.After(d) {
+				lastRA = r.at
+			}
+		}
+		if ended || !d.Before(early.Add(limit).Add(-time.Second)) || otherAnswer(lastRA, d.Add(simTolerance)) {
+			continue
+		}
+		var after []simAttempt
+		for _, b := range t.atts {
+			if !b.at.Before(d.Add(-simTolerance)) {
+				after = append(after, b)
+			}
+		}
+		sort.SliceStable(after, func(i, j int) bool { return after[i].at.Before(after[j].at) })
+		if len(after) < 2 || after[0].final.done.IsZero() || !before(after[0].final.done) {
+			continue
+		}
+		p := after[0]
+		for _, b := range after[1:] {
+			if b.at.Before(p.final.done) {
+				t.bad("R64", "attempts %d and %d went out at +%v and +%v after the deadline +%v, before the first one's answer (+%v)",
+					p.idx, b.idx, p.at.Sub(t.run.start), b.at.Sub(t.run.start), d.Sub(t.run.start), p.final.done.Sub(t.run.start))
+				break
+			}
+		}
+	}
+}
+
+func simAt(start, x time.Time) string {
+	if x.IsZero() {
+		return "never"
+	}
+	return "+" + x.Sub(start).String()
 }
