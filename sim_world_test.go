@@ -229,6 +229,26 @@ func simGenerate(seed uint64, faults map[string]bool) simScenario {
 	}
 	s.CloseAtMS = pick(0, 10, 1000, 5000, 30000, 120000)
 	s.Close = simCall{Ctx: []string{"timeout", "timeout", "done", "background"}[r.IntN(4)], MS: pick(1, 100, 1000, 10000, 60000)}
+	if maybe(0.12) {
+		// A rate limiter in front of the server: a stretch of usable
+		// Retry-Afters, answers that take time, several consumers with
+		// batches waiting when the gate opens (R31–R35, R64), and a run
+		// long enough to see the cap of 300 s served (R24).
+		s.Consumers = pick(2, 3, 4, 8)
+		from := r.IntN(5000)
+		s.Outages = append(s.Outages, simOutage{FromMS: from, ToMS: from + pick(10000, 30000, 60000, 400000), Kind: "ratelimit"})
+		s.HoldMaxMS = pick(10, 200, 2000)
+		s.MaxRateLimitMS = int64(pick(-1, 600000, 30000, 4000))
+		s.CloseAtMS = pick(70000, 400000, 700000)
+		s.CallbackSlowMS = 0
+		kept := s.Answers[:0]
+		for _, w := range s.Answers {
+			if w.Kind != "slow" && w.Kind != "cut" { // answers taken in when they arrive
+				kept = append(kept, w)
+			}
+		}
+		s.Answers = kept
+	}
 	return s
 }
 
