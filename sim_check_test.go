@@ -847,6 +847,7 @@ func simCheck(run *simRun) []simViolation {
 	tm.bodyEvents()
 	tm.isolation(outs)
 	tm.rateLimits(outs)
+	tm.messageIDs(outs)
 
 	// The accounting audit: Stats against what the server and the
 	// callbacks saw.

@@ -321,8 +321,7 @@ func (t *simTiming) responses() []simResp {
 // in any order. ended is true when an answer of t's own instant may have
 // ended the episode after t's (then an unserved deadline holds alone).
 func simEpisode(rs []simResp, t time.Time) (early, late time.Time, ended bool) {
-	early, late = t, t
-	lateSet := false
+	early, late = t, t // late: the first usable Retry-After after the last answer that may have ended an episode
 	for i := len(rs) - 1; i >= 0; {
 		at := rs[i].at
 		ra, other := false, false
@@ -335,23 +334,15 @@ func simEpisode(rs []simResp, t time.Time) (early, late time.Time, ended bool) {
 			continue
 		case at.Equal(t):
 			ended = other
-			if other {
-				lateSet = true
-			}
 			continue
 		}
 		if ra {
-			early = at
-			if !lateSet && !other {
-				late = at
-			}
+			early = at // (taken in after the others of its instant)
 		}
 		if other {
-			if ra && !lateSet {
-				late = at
-			}
 			return early, late, ended
 		}
+		late = at
 	}
 	return early, late, ended
 }
@@ -498,7 +489,7 @@ func (t *simTiming) rateLimits(outs map[string][]simOutcome) {
 		}
 		p := after[0]
 		for _, b := range after[1:] {
-			if b.at.Before(p.final.done) {
+			if b.at.Before(p.final.done) && !otherAnswer(d.Add(-simTolerance), b.at) { // (an answer that ends the episode opens the gate for all, R34)
 				t.bad("R64", "attempts %d and %d went out at +%v and +%v after the deadline +%v, before the first one's answer (+%v)",
 					p.idx, b.idx, p.at.Sub(t.run.start), b.at.Sub(t.run.start), d.Sub(t.run.start), p.final.done.Sub(t.run.start))
 				break
@@ -512,4 +503,38 @@ func simAt(start, x time.Time) string {
 		return "never"
 	}
 	return "+" + x.Sub(start).String()
+}
+
+// messageIDs checks R2 and R3 for events whose messageId the client
+// generated: every attempt carries one, the same for the event on every
+// attempt, never the one of another event, and the callbacks' messages
+// have it; a supplied one goes out unchanged.
+func (t *simTiming) messageIDs(outs map[string][]simOutcome) {
+	wire := map[string]string{} // event → its messageId on the wire
+	owner := map[string]string{}
+	for ai, a := range t.atts {
+		for i, id := range a.ids {
+			if i >= len(a.mids) {
+				break
+			}
+			mid := a.mids[i]
+			switch w, ok := wire[id]; {
+			case mid == "":
+				t.bad("R2", "attempt %d: event %s without a messageId", ai, id)
+			case ok && w != mid:
+				t.bad("R3", "attempt %d: event %s sent as %q, earlier as %q", ai, id, mid, w)
+			case owner[mid] != "" && owner[mid] != id:
+				t.bad("R2", "attempt %d: events %s and %s share the messageId %q", ai, owner[mid], id, mid)
+			}
+			wire[id], owner[mid] = mid, id
+		}
+	}
+	for id, os := range outs {
+		for _, o := range os {
+			if w, ok := wire[id]; ok && o.wire != w {
+				t.bad("R2", "%s: its callback's message has ID %q, sent as %q", id, o.wire, w)
+				break
+			}
+		}
+	}
 }

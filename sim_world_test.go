@@ -85,6 +85,7 @@ type simProducer struct {
 	Context     bool `json:"ctx,omitempty"`   // EnqueueContext (else Track/Enqueue)
 	CtxMS       int  `json:"ctxMs,omitempty"` // EnqueueContext's timeout
 	PoisonEvery int  `json:"poison,omitempty"`
+	GenID       bool `json:"gen,omitempty"` // leave MessageID empty: the client generates it (R2); the event's own id is properties.sid
 	BadEvery    int  `json:"bad,omitempty"` // invalid or too large events
 }
 
@@ -249,7 +250,20 @@ func simGenerate(seed uint64, faults map[string]bool) simScenario {
 		}
 		s.Answers = kept
 	}
+	for i := range s.Producers {
+		s.Producers[i].GenID = maybe(0.25)
+	}
 	return s
+}
+
+// simIDOf is the event's own id in a callback's message, and its ID().
+func simIDOf(m Message) (id, wire string) {
+	if t, ok := m.(Track); ok {
+		if sid, ok := t.Properties["sid"].(string); ok {
+			return sid, m.ID()
+		}
+	}
+	return m.ID(), m.ID()
 }
 
 func (s simScenario) String() string {
@@ -335,6 +349,7 @@ type simRequest struct {
 	sentAtBody string
 	events     []simWireEvent
 	writeKey   string
+	mids       []string // the messageIds as sent (ids holds the sid of an event whose id was generated)
 }
 
 // simWireEvent is what the checkers read of one event in a body.
@@ -529,8 +544,13 @@ func (s *simServer) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	if json.Unmarshal(body, &env) == nil {
 		for _, e := range env.Batch {
-			rec.ids = append(rec.ids, e.MessageID)
-			rec.events = append(rec.events, simWireEvent{ID: e.MessageID, Type: e.Type, SentAt: e.SentAt, Timestamp: e.Timestamp,
+			id := e.MessageID
+			if sid, ok := e.Properties["sid"].(string); ok {
+				id = sid // a generated messageId: the event is known by its sid
+			}
+			rec.ids = append(rec.ids, id)
+			rec.mids = append(rec.mids, e.MessageID)
+			rec.events = append(rec.events, simWireEvent{ID: id, Type: e.Type, SentAt: e.SentAt, Timestamp: e.Timestamp,
 				UserID: e.UserID, Event: e.Event, I: e.Properties["i"], Env: e.Properties["env"], App: e.Context["app"], Library: e.Context["library"]})
 		}
 		rec.sentAtBody, rec.writeKey = env.SentAt, env.WriteKey
@@ -750,7 +770,8 @@ type simEnqueue struct {
 // simOutcome is one event in one callback call.
 type simOutcome struct {
 	id      string
-	err     error // nil: OnSuccess
+	wire    string // the message's ID() in the callback
+	err     error  // nil: OnSuccess
 	at      time.Time
 	callIdx int
 }
@@ -824,7 +845,8 @@ func simExecute(sc simScenario, faults map[string]bool, dir string) *simRun {
 			run.successC++
 		}
 		for _, m := range msgs {
-			run.out = append(run.out, simOutcome{id: m.ID(), err: err, at: time.Now(), callIdx: n})
+			id, wire := simIDOf(m)
+			run.out = append(run.out, simOutcome{id: id, wire: wire, err: err, at: time.Now(), callIdx: n})
 		}
 		settled += len(msgs)
 		run.mu.Unlock()
@@ -877,6 +899,10 @@ func simExecute(sc simScenario, faults map[string]bool, dir string) *simRun {
 					}
 				}
 				m.MessageID = e.id
+				if pr.GenID {
+					m.MessageID = ""
+					m.Properties["sid"] = e.id
+				}
 				e.call = time.Now()
 				var err error
 				if pr.Context {
@@ -990,7 +1016,8 @@ func simReopen(run *simRun, dir string) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, m := range msgs {
-			run.out2 = append(run.out2, simOutcome{id: m.ID(), err: err, at: time.Now()})
+			id, wire := simIDOf(m)
+			run.out2 = append(run.out2, simOutcome{id: id, wire: wire, err: err, at: time.Now()})
 		}
 	}
 	c, err := New("sim-key", WithEndpoint("http://api.test"), WithHTTPClient(&http.Client{Transport: srv}), WithDiskBuffer(dir),
