@@ -848,6 +848,7 @@ func simCheck(run *simRun) []simViolation {
 	tm.isolation(outs)
 	tm.rateLimits(outs)
 	tm.messageIDs(outs)
+	tm.earlyBatches(accepted)
 
 	// The accounting audit: Stats against what the server and the
 	// callbacks saw.

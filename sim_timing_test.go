@@ -538,3 +538,42 @@ func (t *simTiming) messageIDs(outs map[string][]simOutcome) {
 		}
 	}
 }
+
+// earlyBatches checks R46 the other way round: a batch of fewer than
+// FlushAt events does not close before FlushInterval has passed since its
+// first event, unless a Flush or Close asked for it, its bytes filled it
+// (R45), or the client may have held QueueCapacity events. Worlds with
+// learned limits (R67, R68) and durable mode (R70) cut and read back
+// batches by other rules and are left out.
+func (t *simTiming) earlyBatches(accepted map[string]time.Time) {
+	sc := t.run.sc
+	if sc.Durable || sc.BodyLimit > 0 || sc.EventLimit > 0 || len(accepted) >= sc.QueueCapacity {
+		return
+	}
+	for ai, a := range t.atts {
+		if a.header.Get("X-Retry-Count") != "" || len(a.ids) >= sc.FlushAt || a.size > 400000 {
+			continue
+		}
+		var first time.Time
+		for _, id := range a.ids {
+			if at, ok := accepted[id]; ok && (first.IsZero() || at.Before(first)) {
+				first = at
+			}
+		}
+		if first.IsZero() || !a.at.Before(first.Add(ms(sc.FlushIntervalMS)-simTolerance)) {
+			continue
+		}
+		if !t.run.close.at.IsZero() && !a.at.Before(t.run.close.at.Add(-simTolerance)) {
+			continue
+		}
+		asked := false
+		for _, f := range t.run.flushes {
+			asked = asked || !f.at.Before(first.Add(-simTolerance)) && !f.at.After(a.at.Add(simTolerance))
+		}
+		if asked {
+			continue
+		}
+		t.bad("R46", "attempt %d: a batch of %d events (FlushAt %d) sent %v after its first event (FlushInterval %v), no Flush or Close asked for it",
+			ai, len(a.ids), sc.FlushAt, a.at.Sub(first), ms(sc.FlushIntervalMS))
+	}
+}
