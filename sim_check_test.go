@@ -846,6 +846,7 @@ func simCheck(run *simRun) []simViolation {
 	tm.countedWaits(prevOf, gated)
 	tm.bodyEvents()
 	tm.isolation(outs)
+	tm.isolationBudget(outs)
 	tm.rateLimits(outs)
 	tm.messageIDs(outs)
 	tm.earlyBatches(accepted)

@@ -10,6 +10,7 @@ package analytics
 
 import (
 	"errors"
+	"math/bits"
 	"sort"
 	"time"
 )
@@ -575,5 +576,49 @@ func (t *simTiming) earlyBatches(accepted map[string]time.Time) {
 		}
 		t.bad("R46", "attempt %d: a batch of %d events (FlushAt %d) sent %v after its first event (FlushInterval %v), no Flush or Close asked for it",
 			ai, len(a.ids), sc.FlushAt, a.at.Sub(first), ms(sc.FlushIntervalMS))
+	}
+}
+
+// isolationBudget checks R66's budget: a piece of several events answered
+// 400 fails whole only when the refused batch's 4·⌈log₂ n⌉ requests cannot
+// pay for its two halves. Every earlier 400 on a piece of several events
+// of that batch may have halved it (two requests each).
+func (t *simTiming) isolationBudget(outs map[string][]simOutcome) {
+	for ai, x := range t.atts {
+		if x.final.status != 400 || len(x.ids) < 2 {
+			continue
+		}
+		list := t.seenIDs[x.ids[0]]
+		if list[len(list)-1] != ai {
+			continue
+		}
+		os := outs[x.ids[0]]
+		var he *HTTPError
+		if len(os) == 0 || !errors.As(os[0].err, &he) || he.StatusCode != 400 || errors.Is(os[0].err, ErrShutdownInterrupted) {
+			continue
+		}
+		var root *simAttempt // the first 400 on a batch holding x's events
+		for _, y := range list {
+			if a := &t.atts[y]; a.final.status == 400 && len(a.ids) > 1 {
+				root = a
+				break
+			}
+		}
+		in := map[string]bool{}
+		for _, id := range root.ids {
+			in[id] = true
+		}
+		halvings := 0
+		for bi, b := range t.atts {
+			if bi == ai || b.final.status != 400 || len(b.ids) < 2 || !in[b.ids[0]] || b.final.done.After(x.final.done) {
+				continue
+			}
+			halvings++
+		}
+		budget := 4 * bits.Len(uint(len(root.ids)-1))
+		if budget-2*halvings >= 2 {
+			t.bad("R66", "attempt %d: a piece of %d events failed whole with a 400 after at most %d halvings of a batch of %d (budget %d requests)",
+				ai, len(x.ids), halvings, len(root.ids), budget)
+		}
 	}
 }
