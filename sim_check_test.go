@@ -51,7 +51,7 @@ func (a simAttempt) class() simClass {
 		return clsOK
 	case (st == 413 || st == 400) && len(a.ids) > 1:
 		return clsSplit
-	case simRetryable(st):
+	case a.final.retryable:
 		if a.final.raUsable {
 			return clsRA
 		}
@@ -106,7 +106,7 @@ func simCheck(run *simRun) []simViolation {
 		if a.host != "api.test" || a.path != "/v1/batch" {
 			bad("R1", "attempt %d went to %s%s", ai, a.host, a.path)
 		}
-		if a.header.Get("Authorization") != auth || a.header.Get("Content-Type") != "application/json" || a.header.Get("User-Agent") == "" {
+		if (a.header.Get("Authorization") != auth && !sc.OAuth) || a.header.Get("Content-Type") != "application/json" || a.header.Get("User-Agent") == "" {
 			bad("INV4", "attempt %d: headers %v", ai, a.header)
 		}
 		if sc.Gzip != (a.header.Get("Content-Encoding") == "gzip") {
@@ -187,7 +187,9 @@ func simCheck(run *simRun) []simViolation {
 	}
 
 	// R47: with one consumer, batches not yet attempted go in enqueue order.
-	if sc.Consumers == 1 {
+	// (With OAuth a refused token sends batches to wait for the next one,
+	// R50, and a batch taken meanwhile may find it first.)
+	if sc.Consumers == 1 && !sc.OAuth {
 		lastIdx := map[string]int{}
 		for ai, a := range atts {
 			if a.header.Get("X-Retry-Count") != "" {
@@ -256,7 +258,9 @@ func simCheck(run *simRun) []simViolation {
 		}
 		return false
 	}
-	if sc.CallbackSlowMS == 0 && !sc.Durable { // (durable: events on disk only are read back later, R70)
+	// (durable: events on disk only are read back later, R70; with OAuth a
+	// batch may wait for a token, R50)
+	if sc.CallbackSlowMS == 0 && !sc.Durable && !sc.OAuth {
 		for ai, a := range atts {
 			if a.header.Get("X-Retry-Count") != "" || len(a.ids) == 0 {
 				continue
@@ -493,7 +497,7 @@ func simCheck(run *simRun) []simViolation {
 	// The allowance and the longest waits are checked in plain worlds
 	// only: answers taken in when their body ends, redirect hops, learned
 	// limits and rate limits move instants in ways not modelled here.
-	plain := sc.CallbackSlowMS == 0 && sc.EventLimit == 0 && sc.HoldMaxMS == 0
+	plain := sc.CallbackSlowMS == 0 && sc.EventLimit == 0 && sc.HoldMaxMS == 0 && !sc.OAuth
 	for _, a := range atts {
 		switch a.kind {
 		case "redirect307", "slow", "cut", "413", "429-events", "ratelimit":
@@ -850,6 +854,7 @@ func simCheck(run *simRun) []simViolation {
 	tm.rateLimits(outs)
 	tm.messageIDs(outs)
 	tm.earlyBatches(accepted)
+	tm.oauth()
 
 	// The accounting audit: Stats against what the server and the
 	// callbacks saw.

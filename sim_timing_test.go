@@ -10,8 +10,10 @@ package analytics
 
 import (
 	"errors"
+	"maps"
 	"math/bits"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -393,7 +395,7 @@ func (t *simTiming) nextOf(a simAttempt, outs map[string][]simOutcome) time.Time
 // no Close.
 func (t *simTiming) rateLimits(outs map[string][]simOutcome) {
 	sc := t.run.sc
-	if sc.CallbackSlowMS > 0 {
+	if sc.CallbackSlowMS > 0 || sc.OAuth { // (with OAuth a batch may wait for a token, R50)
 		return
 	}
 	for _, a := range t.atts {
@@ -619,6 +621,45 @@ func (t *simTiming) isolationBudget(outs map[string][]simOutcome) {
 		if budget-2*halvings >= 2 {
 			t.bad("R66", "attempt %d: a piece of %d events failed whole with a 400 after at most %d halvings of a batch of %d (budget %d requests)",
 				ai, len(x.ids), halvings, len(root.ids), budget)
+		}
+	}
+}
+
+// oauth checks R50 in an OAuth world: every upload carries a token the
+// auth server issued, never past 90 % of its lifetime, and never after an
+// answer of 400, 401, 403 or 511 to an upload that carried it.
+func (t *simTiming) oauth() {
+	sc := t.run.sc
+	if !sc.OAuth {
+		return
+	}
+	srv := t.run.server
+	srv.mu.Lock()
+	issued := maps.Clone(srv.tokens)
+	srv.mu.Unlock()
+	ttl := time.Duration(sc.TokenTTL) * time.Second
+	tokenOf := func(a simAttempt) string {
+		tok, _ := strings.CutPrefix(a.header.Get("Authorization"), "Bearer ")
+		return tok
+	}
+	for ai, a := range t.atts {
+		tok := tokenOf(a)
+		at, ok := issued[tok]
+		if !ok {
+			t.bad("INV4", "attempt %d: Authorization %q, not a token the auth server issued", ai, a.header.Get("Authorization"))
+			continue
+		}
+		if a.at.After(at.Add(ttl - ttl/10 + simTolerance)) {
+			t.bad("R50", "attempt %d: token issued %v before, with a lifetime of %v (used past 90 %%)", ai, a.at.Sub(at), ttl)
+		}
+		switch a.final.status {
+		case 400, 401, 403, 511:
+			for bi, b := range t.atts {
+				if b.at.After(a.final.done.Add(simTolerance)) && tokenOf(b) == tok {
+					t.bad("R50", "attempt %d carried the token that attempt %d's %d refused", bi, ai, a.final.status)
+					break
+				}
+			}
 		}
 	}
 }

@@ -9,6 +9,10 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	crand "crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -70,6 +74,15 @@ type simScenario struct {
 	// second client opens it against a server that answers 200 and must
 	// send every event the first one kept (docs/durable.md).
 	Durable bool `json:"durable,omitempty"`
+
+	// OAuth: bearer tokens from the simulated auth server, which issues
+	// them with expires_in TokenTTL seconds (R50).
+	OAuth    bool `json:"oauth,omitempty"`
+	TokenTTL int  `json:"tokenTtl,omitempty"`
+	// The auth server answers 503 to token requests from AuthDownMS for
+	// AuthDownForMS (0: never).
+	AuthDownMS    int `json:"authDownMs,omitempty"`
+	AuthDownForMS int `json:"authDownForMs,omitempty"`
 
 	Flushes   []simCall `json:"flushes,omitempty"`
 	CloseAtMS int       `json:"closeAtMs"`
@@ -253,8 +266,23 @@ func simGenerate(seed uint64, faults map[string]bool) simScenario {
 	for i := range s.Producers {
 		s.Producers[i].GenID = maybe(0.25)
 	}
+	if maybe(0.15) {
+		s.OAuth, s.TokenTTL = true, pick(2, 10, 60, 3600)
+		if maybe(0.5) {
+			s.AuthDownMS, s.AuthDownForMS = r.IntN(20000), pick(5000, 30000, 120000)
+		}
+	}
 	return s
 }
+
+// simKey is the RSA key of the OAuth worlds, made once per process.
+var simKey = sync.OnceValue(func() []byte {
+	k, err := rsa.GenerateKey(crand.Reader, 2048)
+	if err != nil {
+		panic(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(k)})
+})
 
 // simIDOf is the event's own id in a callback's message, and its ID().
 func simIDOf(m Message) (id, wire string) {
@@ -294,6 +322,9 @@ func (s simScenario) options() []Option {
 	}
 	if s.CloseTimeoutMS >= 0 {
 		o = append(o, WithCloseTimeout(ms(s.CloseTimeoutMS)))
+	}
+	if s.OAuth {
+		o = append(o, WithOAuth(OAuthConfig{ClientID: "sim", KeyID: "sim-kid", PrivateKey: simKey(), AuthServer: "http://auth.test"}))
 	}
 	if s.Defaults {
 		o = append(o, WithDefaultContext(map[string]any{"app": map[string]any{"name": "sim"}}), WithDefaultProperties(map[string]any{"env": "sim"}))
@@ -350,6 +381,7 @@ type simRequest struct {
 	events     []simWireEvent
 	writeKey   string
 	mids       []string // the messageIds as sent (ids holds the sid of an event whose id was generated)
+	retryable  bool     // the status is retryable (R12, R13, R50)
 }
 
 // simWireEvent is what the checkers read of one event in a body.
@@ -372,8 +404,9 @@ type simServer struct {
 
 	allOK bool // the second client's server in durable mode: 200 to everything
 
-	mu   sync.Mutex
-	reqs []*simRequest
+	mu     sync.Mutex
+	tokens map[string]time.Time // OAuth: the tokens issued, and when
+	reqs   []*simRequest
 	orig map[*http.Request]int // original request → its record, for redirect hops
 }
 
@@ -459,6 +492,11 @@ func minTime(a, b time.Time) time.Time {
 	return b
 }
 
+// retryable is R12 and R13, and R50's 511 with OAuth.
+func (s *simServer) retryable(status int) bool {
+	return simRetryable(status) || s.sc.OAuth && status == 511
+}
+
 // simRetryable is R12 and R13 (no OAuth).
 func simRetryable(status int) bool {
 	switch {
@@ -515,6 +553,9 @@ func (b *simBody) Close() error {
 }
 
 func (s *simServer) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Host == "auth.test" {
+		return s.token(req)
+	}
 	var raw []byte
 	if req.Body != nil {
 		raw, _ = io.ReadAll(req.Body)
@@ -605,7 +646,7 @@ func (s *simServer) RoundTrip(req *http.Request) (*http.Response, error) {
 		if r.IntN(3) == 0 {
 			v, usable, until := simRetryAfter(r, now.Add(hold), r.IntN(2) == 0)
 			header.Set("Retry-After", v)
-			if usable && simRetryable(status) {
+			if usable && simRetryable(status) { // (with OAuth a 511 is a counted retry whatever its Retry-After, R50)
 				rec.raUsable, rec.raUntil = true, until
 			}
 		}
@@ -737,10 +778,34 @@ func (s *simServer) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
+// token answers a token request of an OAuth world (R50): a fresh token
+// that lasts TokenTTL seconds.
+func (s *simServer) token(req *http.Request) (*http.Response, error) {
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+		_ = req.Body.Close()
+	}
+	if el := time.Since(s.start); s.sc.AuthDownForMS > 0 && el >= ms(s.sc.AuthDownMS) && el < ms(s.sc.AuthDownMS+s.sc.AuthDownForMS) {
+		return &http.Response{StatusCode: 503, Status: "503 Service Unavailable", Header: http.Header{},
+			Body: io.NopCloser(strings.NewReader("{}")), Request: req, ContentLength: 2, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1}, nil
+	}
+	s.mu.Lock()
+	if s.tokens == nil {
+		s.tokens = map[string]time.Time{}
+	}
+	tok := fmt.Sprintf("tok-%d", len(s.tokens)+1)
+	s.tokens[tok] = time.Now()
+	s.mu.Unlock()
+	text := fmt.Sprintf(`{"access_token":%q,"token_type":"Bearer","expires_in":%d}`, tok, s.sc.TokenTTL)
+	return &http.Response{StatusCode: 200, Status: "200 OK", Header: http.Header{"Content-Type": {"application/json"}},
+		Body: io.NopCloser(strings.NewReader(text)), Request: req, ContentLength: int64(len(text)), Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1}, nil
+}
+
 func (s *simServer) finish(n, status int) {
 	s.mu.Lock()
 	s.reqs[n].done = time.Now()
 	s.reqs[n].status = status
+	s.reqs[n].retryable = s.retryable(status)
 	if status == 0 {
 		s.reqs[n].raUsable = false
 	}
