@@ -12,8 +12,8 @@ import (
 	crand "crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
-	"encoding/pem"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -407,7 +407,7 @@ type simServer struct {
 	mu     sync.Mutex
 	tokens map[string]time.Time // OAuth: the tokens issued, and when
 	reqs   []*simRequest
-	orig map[*http.Request]int // original request → its record, for redirect hops
+	orig   map[*http.Request]int // original request → its record, for redirect hops
 }
 
 func newSimServer(sc simScenario, faults map[string]bool) *simServer {
