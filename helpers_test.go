@@ -248,11 +248,17 @@ func newTestClient(t testing.TB, api http.RoundTripper, cb *callbacks, opts ...O
 	if probe.httpClient == nil || probe.httpClient.Transport != wire {
 		wire = nil // the test brought its own HTTP client: no wire counts
 	}
-	audit := true
+	audit, ramp := true, false
 	for _, o := range opts {
 		if _, off := o.(noAudit); off {
 			audit = false
 		}
+		if _, on := o.(withRamp); on {
+			ramp = true
+		}
+	}
+	if !ramp {
+		skipRamp(c) // tests of other rules send full batches from the first request (R67's ramp over)
 	}
 	if audit {
 		registerAudit(t, c, wire, cb)

@@ -58,6 +58,7 @@ type learnedLimits struct {
 	frame    int // bodyFrame: what a body adds around its events; batches close at the learned body limit less this (R67)
 	flushAt  int // the configured FlushAt
 	maxBytes int // the configured byte budget of a batch's events (R45)
+	ramp     int // the ramp's first size: rampStart
 
 	mu            sync.Mutex
 	refusedBody   int  // smallest size (see size) answered 413 in this search; 0: none yet
@@ -82,7 +83,7 @@ type learnedLimits struct {
 // newLearnedLimits starts with nothing learned; frame is the bodyFrame of
 // the client's bodies.
 func newLearnedLimits(q *queue, frame int) *learnedLimits {
-	l := &learnedLimits{q: q, frame: frame, flushAt: q.flushAt, maxBytes: q.maxBytes}
+	l := &learnedLimits{q: q, frame: frame, flushAt: q.flushAt, maxBytes: q.maxBytes, ramp: rampStart}
 	l.mu.Lock()
 	l.applyLocked() // the ramp's first size
 	l.mu.Unlock()
@@ -152,12 +153,19 @@ func (l *learnedLimits) claim() (mine, wait chan struct{}) {
 	return l.trying, nil
 }
 
+// untriedFloor is the body size up to which R69 holds no body back until
+// the first 413: small batches (a few events each, as at a low rate) go
+// side by side from the first request on, also while the server answers
+// nothing but failures. It is probeCap: a limit that small may cost a
+// third refusal anyway (R67). Once a 413 has come, every size the server
+// has not accepted goes alone, however small.
+const untriedFloor = probeCap
+
 // tried reports whether a body of the given size may go side by side with
-// others (R69): the server accepted one at least as large. There is no
-// size below which a body is tried before any answer: a server that
-// refuses small bodies would refuse eight of them at once.
+// others (R69): the server accepted one at least as large, or no 413 has
+// come yet and it is within untriedFloor.
 func (l *learnedLimits) tried(size int) bool {
-	return int64(size) <= l.acceptedSize.Load()
+	return int64(size) <= l.acceptedSize.Load() || (size <= untriedFloor && l.body.Load() == 0)
 }
 
 // done gives back the turn try handed out, whatever the attempt's end.
@@ -275,9 +283,13 @@ func (l *learnedLimits) refusedCount(n int) {
 
 // loLocked is the largest body accepted below hi, the smallest refused:
 // as reckoned, or, once one reckoned no larger was refused (its sentAt was
-// longer), as sent, which is safe whatever the sentAt's length.
+// longer) or with a sentAt on every event, as sent, which is safe whatever
+// the sentAts' length.
 func (l *learnedLimits) loLocked(hi int) int {
-	if l.asSent {
+	if l.asSent || l.q.perEvent > 0 {
+		// With a sentAt on every event (R59) a body as reckoned may be
+		// some bytes per event larger than as sent: a batch as large as
+		// reckoned as one accepted could be larger as sent.
 		return int(min(l.acceptedBody.Load(), int64(hi-1)))
 	}
 	return int(min(l.acceptedSize.Load(), int64(hi-1)))
@@ -296,7 +308,7 @@ func (l *learnedLimits) probeLocked() int {
 	}
 	from := max(lo, min(l.oneEvent, hi-1), 1)
 	p := int(math.Exp((1-probeWeight)*math.Log(float64(from)) + probeWeight*math.Log(float64(hi))))
-	if hi <= rampStart {
+	if hi <= l.ramp {
 		// The ramp's first 413: a limit of probeCap or more is not refused
 		// again before the climb (R67).
 		p = min(p, probeCap)
@@ -314,7 +326,7 @@ func (l *learnedLimits) probeLocked() int {
 func (l *learnedLimits) bodyTargetLocked() int {
 	hi := l.refusedBody
 	if hi == 0 {
-		ramp := max(rampStart, rampFactor*int(l.acceptedSize.Load()))
+		ramp := max(l.ramp, rampFactor*int(l.acceptedSize.Load()))
 		if ramp >= l.maxBytes+l.frame {
 			return 0
 		}
