@@ -361,25 +361,28 @@ func simCheck(run *simRun) []simViolation {
 
 	// R67 at any size: against a fixed body limit the search for it is
 	// refused (413 on a batch it could have cut) at most twice when the
-	// limit is probeCap or more, every such 413 counted: before the first,
-	// a body larger than any accepted and than untriedFloor goes alone
-	// (R69), so no two are refused at once. Below probeCap, at most three
-	// times, not counting bodies that arrived before the first 413 was
-	// answered: R69 lets small ones go side by side until then, and their
-	// 413s cost the search nothing.
+	// limit is probeCap or more, every such 413 counted: a body larger than
+	// any accepted and than untriedFloor goes alone (R69), so no two are
+	// refused at once. Below probeCap, at most three times, counting the
+	// bodies on the wire when the first 413 was answered as one: R69 lets
+	// small ones go side by side until then, and their 413s cost the search
+	// nothing.
 	if run.faults[faultSmallLimit] && sc.BodyLimit > 0 && sc.BodyLimit2 == 0 {
 		most, n := 2, 0
 		var first time.Time
 		if sc.BodyLimit < probeCap {
-			most = searchRefusals
+			most, n = searchRefusals, 1
 			for _, a := range atts {
 				if a.final.status == 413 && len(a.ids) > 1 && (first.IsZero() || a.final.done.Before(first)) {
 					first = a.final.done
 				}
 			}
+			if first.IsZero() {
+				n = 0
+			}
 		}
 		for _, a := range atts {
-			if a.final.status == 413 && len(a.ids) > 1 && (first.IsZero() || a.final.done.Equal(first) || a.at.After(first)) {
+			if a.final.status == 413 && len(a.ids) > 1 && (first.IsZero() || a.at.After(first)) {
 				n++
 			}
 		}
