@@ -9,9 +9,11 @@ import (
 // What the client learns of a server's limits from its refusals
 // (docs/delivery.md R67–R69), shared by every consumer:
 //
-//   - a 413: the client searches the body limit between the largest body
-//     accepted and the smallest refused, and batches close at the size it
-//     tries next, then at the largest accepted (R67);
+//   - until the first 413, batches close at twice the largest body
+//     accepted (the ramp), then a 413: the client searches the body limit
+//     between the largest body accepted and the smallest refused, and
+//     batches close at the size it tries next, then at the largest
+//     accepted (R67);
 //   - a batch answered 429 without a usable Retry-After twice in a row:
 //     the smallest batch refused so and the largest one delivered bound the
 //     number of events per batch from then on (R68);
@@ -33,14 +35,15 @@ import (
 //   - after it, when lo is at least half of hi, each try is probeStep times
 //     lo (and at least one event more), so that its refusal, the second,
 //     leaves the client within probeStep of the limit;
-//   - when lo is less than half of hi (a limit below rampStart, or a body
-//     refused before much was accepted), the first try is the point
-//     probeWeight of the way from lo (or one event's body) to hi on a
-//     logarithmic scale, then it climbs as above; if that point is
-//     refused too, the climb starts from lo or one event, and its refusal
-//     is the third (searchRefusals);
+//   - when lo is less than half of hi (a limit below rampStart, or a limit
+//     that went down), the first try is the point probeWeight of the way
+//     from lo (or one event's body) to hi on a logarithmic scale, at most
+//     probeCap when hi is within the ramp's first size, then it climbs as
+//     above; if that point is refused too, the climb starts from lo or one
+//     event, and its refusal is the third (searchRefusals);
 //
-// once the next step would reach hi, batches close at lo.
+// once the next step would reach hi, batches close at lo. So a fixed limit
+// of probeCap or more is refused at most twice.
 const (
 	searchRefusals = 3
 	rampStart      = 8 << 10
