@@ -67,7 +67,7 @@ type learnedLimits struct {
 	refusedBody   int  // smallest size (see size) answered 413 in this search; 0: none yet
 	refusals      int  // 413s in this search
 	probe         int  // the first size this search tries when lo is less than half of hi; 0: none (see searchRefusals)
-	oneEvent      int  // the size of a body of one event, as the refused batches average it
+	oneEvent      int  // the size of a body of one event, the smallest average of the batches answered since New
 	asSent        bool // the search goes by the largest body accepted as sent, not as reckoned
 	refusedEvents int  // fewest events in a batch split after repeated 429s (R68); 0: none yet
 
@@ -199,6 +199,9 @@ func (l *learnedLimits) accepted(size, estimate, n int) {
 		// limit went down: it says nothing of the limit now.
 		raise(&l.acceptedSize, estimate)
 		raise(&l.acceptedBody, size)
+	}
+	if one := l.frame + (estimate-l.frame+n-1)/max(n, 1); l.oneEvent == 0 || one < l.oneEvent {
+		l.oneEvent = one // the climb's step of one event is the smallest seen (R67)
 	}
 	l.applyLocked()
 }
@@ -393,12 +396,14 @@ func (l *learnedLimits) applyLocked() {
 // tooLarge reports whether b should be cut before it is sent: it has
 // several events and is over a learned limit (R67, R68). A batch taken
 // before the limit was learned, or waiting for a retry, is one; a half of
-// a split is not: it goes out as cut (R3, R66, R68).
+// a split is not, unless its body is over the size batches close at (a
+// half of a batch sent before a 413 lowered it): it would be refused (R3,
+// R66, R68).
 func (l *learnedLimits) tooLarge(b *batch, perEvent int) bool {
-	if len(b.events) < 2 || b.cut {
+	if len(b.events) < 2 {
 		return false
 	}
-	if n := l.eventLimit(); n > 0 && len(b.events) > n {
+	if n := l.eventLimit(); n > 0 && len(b.events) > n && !b.cut {
 		return true
 	}
 	body := l.closeAt()
