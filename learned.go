@@ -64,12 +64,11 @@ type learnedLimits struct {
 	ramp     int // the ramp's first size: rampStart
 
 	mu            sync.Mutex
-	refusedBody   int  // smallest size (see size) answered 413 in this search; 0: none yet
-	refusals      int  // 413s in this search
-	probe         int  // the first size this search tries when lo is less than half of hi; 0: none (see searchRefusals)
-	oneEvent      int  // the size of a body of one event, the smallest average of the batches answered since New
-	asSent        bool // the search goes by the largest body accepted as sent, not as reckoned
-	refusedEvents int  // fewest events in a batch split after repeated 429s (R68); 0: none yet
+	refusedBody   int // smallest size (see size) answered 413 in this search; 0: none yet
+	refusals      int // 413s in this search
+	probe         int // the first size this search tries when lo is less than half of hi; 0: none (see searchRefusals)
+	oneEvent      int // the size of a body of one event, the smallest average of the batches answered since New
+	refusedEvents int // fewest events in a batch split after repeated 429s (R68); 0: none yet
 
 	acceptedEvents atomic.Int64  // most events in a batch answered 2xx since New (R68)
 	acceptedSize   atomic.Int64  // largest size (see size) answered 2xx since New, or since the limit went down (R67, R69)
@@ -232,7 +231,6 @@ func (l *learnedLimits) refusedSize(size, estimate, n int, search int64) {
 		// Refused, though no larger as reckoned than one accepted: the
 		// frame of that one was shorter. Sizes as sent are safe.
 		l.acceptedSize.Store(l.acceptedBody.Load())
-		l.asSent = true
 	}
 	begins := l.refusedBody == 0
 	if l.refusedBody == 0 || estimate < l.refusedBody {
@@ -287,18 +285,14 @@ func (l *learnedLimits) refusedCount(n int) {
 	l.applyLocked()
 }
 
-// loLocked is the largest body accepted below hi, the smallest refused:
-// as reckoned, or, once one reckoned no larger was refused (its sentAt was
-// longer) or with a sentAt on every event, as sent, which is safe whatever
-// the sentAts' length.
+// loLocked is the largest body accepted below hi, the smallest refused, as
+// sent. A body as reckoned (size) counts the longest sentAt; the accepted
+// one may have had a shorter one (a clock at a round instant), so a batch
+// reckoned no larger than it could weigh a few bytes more as sent, and
+// with the limit between, every consumer would be refused at once. A
+// batch reckoned no larger than one as sent weighs no more.
 func (l *learnedLimits) loLocked(hi int) int {
-	if l.asSent || l.q.perEvent > 0 {
-		// With a sentAt on every event (R59) a body as reckoned may be
-		// some bytes per event larger than as sent: a batch as large as
-		// reckoned as one accepted could be larger as sent.
-		return int(min(l.acceptedBody.Load(), int64(hi-1)))
-	}
-	return int(min(l.acceptedSize.Load(), int64(hi-1)))
+	return int(min(l.acceptedBody.Load(), int64(hi-1)))
 }
 
 // probeLocked is the first size a search tries when the largest body
