@@ -64,11 +64,12 @@ type learnedLimits struct {
 	ramp     int // the ramp's first size: rampStart
 
 	mu            sync.Mutex
-	refusedBody   int // smallest size (see size) answered 413 in this search; 0: none yet
-	refusals      int // 413s in this search
-	probe         int // the first size this search tries when lo is less than half of hi; 0: none (see searchRefusals)
-	oneEvent      int // the size of a body of one event, the smallest average of the batches answered since New
-	refusedEvents int // fewest events in a batch split after repeated 429s (R68); 0: none yet
+	refusedBody   int  // smallest size (see size) answered 413 in this search; 0: none yet
+	refusals      int  // 413s in this search
+	probe         int  // the first size this search tries when lo is less than half of hi; 0: none (see searchRefusals)
+	settled       bool // a step of the climb was refused: batches close at the largest accepted size until the limit goes down
+	oneEvent      int  // the size of a body of one event, the smallest average of the batches answered since New
+	refusedEvents int  // fewest events in a batch split after repeated 429s (R68); 0: none yet
 
 	acceptedEvents atomic.Int64  // most events in a batch answered 2xx since New (R68)
 	acceptedSize   atomic.Int64  // largest size (see size) answered 2xx since New, or since the limit went down (R67, R69)
@@ -226,13 +227,16 @@ func (l *learnedLimits) refusedSize(size, estimate, n int, search int64) {
 		// and every size is untried again (R69).
 		l.acceptedSize.Store(0)
 		l.acceptedBody.Store(0)
-		l.refusedBody, l.refusals, l.probe = 0, 0, 0
+		l.refusedBody, l.refusals, l.probe, l.settled = 0, 0, 0, false
 	case int64(estimate) <= l.acceptedSize.Load():
 		// Refused, though no larger as reckoned than one accepted: the
 		// frame of that one was shorter. Sizes as sent are safe.
 		l.acceptedSize.Store(l.acceptedBody.Load())
 	}
 	begins := l.refusedBody == 0
+	if l.refusals > 0 && (l.probe == 0 || estimate > l.probe) {
+		l.settled = true // a step of the climb, not the probe: the search is over (R67)
+	}
 	if l.refusedBody == 0 || estimate < l.refusedBody {
 		l.refusedBody = estimate
 	}
@@ -342,7 +346,7 @@ func (l *learnedLimits) bodyTargetLocked() int {
 	each := max(l.oneEvent-l.frame, 1)
 	up := max(int(probeStep*float64(lo)), lo+each+each/8+1) // a step adds at least one event, of an event size or a little larger
 	switch {
-	case l.refusals >= searchRefusals || up >= hi:
+	case l.settled || l.refusals >= searchRefusals || up >= hi:
 		return lo
 	case l.refusals <= 1 && l.probe > up: // not tried yet: once it is accepted, a step reaches past it
 		return min(l.probe, hi-1)
