@@ -12,31 +12,36 @@ import (
 )
 
 // What one attempt of a batch is to the engine: the transport interface,
-// the verdict it returns, and the HTTP transport, which is
-// internal/httpbatch behind an adapter to the public errors (errors.go).
+// the verdict it returns (outcome, attemptResult), and the HTTP transport
+// (sender), which is internal/httpbatch behind an adapter to the public
+// errors of errors.go.
 
 // transport makes one attempt of a batch and judges the answer. The
-// engine (consumer.go) acts on the verdict alone and never reads the
-// protocol behind it: adding a transport is implementing this interface,
-// nothing else.
+// engine (consumer.go, learned.go, cut.go) acts on the judgement alone and
+// never reads the protocol behind it: adding a transport is one type that
+// implements attempt, with no change to the engine (transport_mem_test.go
+// is one, plugged in through settings.newTransport).
 //
-// Its contract:
-//   - attempt is called by one consumer goroutine at a time per transport
-//     value, but the client makes one transport per consumer, so different
-//     values run concurrently; what they share must be safe for that.
-//   - attempt sends b.events as they are, with b.attempts earlier attempts
-//     of b (0 for the first), and must not keep b or its events after it
-//     returns.
-//   - ctx bounds the attempt (the per-attempt timeout, and Close's
-//     interruption): when ctx ends, attempt returns promptly, with cause
-//     set if no answer came.
+// The contract of attempt:
+//   - Concurrency: each consumer goroutine has its own transport value
+//     and calls attempt on it once at a time; state shared between the
+//     values of one client must be safe for concurrent use.
+//   - b: attempt sends b.events as they are, and b.attempts is the number
+//     of earlier attempts of b (0 for the first). It changes nothing of b
+//     and keeps nothing of it after it returns.
+//   - ctx bounds the attempt: the per-attempt timeout (WithHTTPTimeout)
+//     and Close's interruption. Once ctx ends, attempt returns promptly;
+//     without an answer, cause says why (the engine hands b back rather
+//     than retry it when Close interrupted it, R40).
 //   - bearer is the Authorization of an OAuth client (R50), "" without
-//     OAuth.
-//   - it never panics: a panic of user code it runs is the attempt's
-//     cause (guard.go, internal/httpbatch).
-//
-// The verdicts (outcome) say what happens to b next; attemptResult
-// documents the rest.
+//     OAuth; reauth reports that the answer refused it.
+//   - It does not panic: a panic of the user's code it calls (an
+//     http.Client, a response body) is the attempt's cause.
+//   - The result: outcome says what happens to b next (each constant
+//     says what it means to the engine), err is the error OnError gets if
+//     b fails with it (nil when delivered), and status, sent and plainSize
+//     are reported to the attempt hook and the logs, and teach the learned
+//     limits (plainSize).
 type transport interface {
 	attempt(ctx context.Context, b *batch, bearer string) attemptResult
 }
@@ -63,7 +68,8 @@ func (o outcome) retried() bool {
 	return o == outcomeRetry || o == outcomeRateLimited || o == outcomeTooMany
 }
 
-// attemptResult is one attempt's answer, judged: what a consumer acts on.
+// attemptResult is one attempt's answer, judged: what a consumer acts on
+// (see transport for what each field means to it).
 type attemptResult struct {
 	outcome
 	delay     time.Duration // outcomeRateLimited: how long to wait, capped at MaxRetryAfter
@@ -112,7 +118,7 @@ func newSender(s *settings, client *http.Client) *sender {
 // redirect policy of internal/httpbatch.
 func newHTTPClient(s *settings) *http.Client { return httpbatch.NewClient(s.httpClient, s.Consumers) }
 
-// attempt sends b through httpbatch and adapts its verdict.
+// attempt sends b through httpbatch and maps its verdict (fromHTTP).
 func (s *sender) attempt(ctx context.Context, b *batch, bearer string) attemptResult {
 	body := func(buf []byte, sentAt time.Time) []byte { return s.encodeBody(buf, b, sentAt) }
 	r := s.http.Send(ctx, httpbatch.Attempt{Body: body, Retry: b.attempts, Bearer: bearer})
@@ -120,7 +126,7 @@ func (s *sender) attempt(ctx context.Context, b *batch, bearer string) attemptRe
 		s.log.Warn("unparseable Retry-After; retrying with backoff", // R25, R51
 			zap.String("retryAfter", r.RetryAfter), zap.Int("status", r.Status))
 	}
-	return adapt(r)
+	return fromHTTP(r)
 }
 
 // outcomes maps httpbatch's outcomes onto the engine's.
@@ -134,10 +140,10 @@ var outcomes = [...]outcome{
 	httpbatch.Failed:      outcomeFailed,
 }
 
-// adapt maps an HTTP attempt's result onto the engine's terms and the
+// fromHTTP maps an HTTP attempt's result onto the engine's terms and the
 // public errors: a *TransportError when no response came, an *HTTPError
 // for any other answer that did not deliver.
-func adapt(r httpbatch.Result) attemptResult {
+func fromHTTP(r httpbatch.Result) attemptResult {
 	a := attemptResult{outcome: outcomes[r.Outcome], delay: r.Delay, reauth: r.Reauth,
 		cause: r.Err, status: r.Status, sent: r.Sent, plainSize: r.Plain}
 	switch {
