@@ -54,6 +54,14 @@ func (m *memTransport) sent() [][]string {
 	return slices.Clone(m.attempts)
 }
 
+// noHTTP is an HTTP client's transport that fails the test if called.
+func noHTTP(t *testing.T) http.RoundTripper {
+	return roundTripFunc(func(*http.Request) (*http.Response, error) {
+		t.Error("the HTTP client was called")
+		return nil, errors.New("no HTTP here")
+	})
+}
+
 // withTransport makes every consumer of the client use t.
 func withTransport(t transport) Option {
 	return optionFunc(func(s *settings) { s.newTransport = func() transport { return t } })
@@ -67,10 +75,7 @@ func TestMemTransportDelivers(t *testing.T) {
 		mem := &memTransport{judge: func([]string, int) attemptResult { return attemptResult{outcome: outcomeDelivered, status: 200} }}
 		cb := &callbacks{}
 		var hooked []AttemptInfo
-		c := newTestClient(t, roundTripFunc(func(*http.Request) (*http.Response, error) {
-			t.Error("the HTTP client was called")
-			return nil, errors.New("no HTTP here")
-		}), cb, noAudit("no wire: the transport is in memory"), withTransport(mem), WithFlushAt(3),
+		c := newTestClient(t, noHTTP(t), cb, noAudit("no wire: the transport is in memory"), withTransport(mem), WithFlushAt(3),
 			WithAttemptHook(func(a AttemptInfo) { hooked = append(hooked, a) }))
 		for _, id := range []string{"a", "b", "c"} {
 			mustTrack(t, c, id)
@@ -89,6 +94,7 @@ func TestMemTransportDelivers(t *testing.T) {
 // poison verdict on a batch of several events isolates the event at
 // fault (R66), a retry is retried with X-Retry-Count's count going up, and
 // a verdict of failure fails the event alone with the transport's error.
+// No HTTP client is called.
 func TestMemTransportVerdicts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		refusal := &HTTPError{StatusCode: 400, Kind: KindNonRetryable, Message: "bad event"}
@@ -102,7 +108,7 @@ func TestMemTransportVerdicts(t *testing.T) {
 			return attemptResult{outcome: outcomeDelivered}
 		}}
 		cb := &callbacks{}
-		c := newTestClient(t, nil, cb, noAudit("no wire: the transport is in memory"), withTransport(mem), WithFlushAt(4))
+		c := newTestClient(t, noHTTP(t), cb, noAudit("no wire: the transport is in memory"), withTransport(mem), WithFlushAt(4))
 		for _, id := range []string{"a", "bad", "c", "d"} {
 			mustTrack(t, c, id)
 		}
