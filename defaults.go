@@ -1,6 +1,10 @@
 package analytics
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/relaykit/analytics-go/internal/wire"
+)
 
 // defaults are the maps of WithDefaultContext and WithDefaultProperties,
 // copied when New applies the options and read-only afterwards, so every
@@ -10,44 +14,17 @@ type defaults struct {
 	properties map[string]any
 
 	// The same entries encoded once, at New; the encoder splices them into
-	// each event's JSON (see encoder.merged).
-	encodedContext, encodedProperties *encodedDefaults
+	// each event's JSON.
+	encoded wire.Defaults
 }
 
-// encodedDefaults are the entries of a defaults map as JSON members, each
-// `"key":value`, ready to be written into an event's object.
-type encodedDefaults struct {
-	keys    []string // keys[i] is the key of members[i]
-	members [][]byte
-	all     []byte // every member, comma-separated: for an event without a map of its own
-	library bool   // the map has a "library" entry (context only: it replaces the client's)
-}
-
-// encodeDefaults encodes m's entries; nil for an empty m.
-func encodeDefaults(m map[string]any) (*encodedDefaults, error) {
-	if len(m) == 0 {
-		return nil, nil
+// encodedMaps is what the encoder merges under an event's maps: nil for
+// no defaults.
+func (d *defaults) encodedMaps() *wire.Defaults {
+	if d == nil {
+		return nil
 	}
-	d := &encodedDefaults{}
-	var e encoder
-	for k, v := range m {
-		e.buf = e.buf[:0]
-		first := true
-		e.entry(&first, k, v, 0)
-		if e.err != nil {
-			return nil, encodedDefaultsError(&e)
-		}
-		member := append([]byte(nil), e.buf...)
-		d.keys, d.members = append(d.keys, k), append(d.members, member)
-		if len(d.all) > 0 {
-			d.all = append(d.all, ',')
-		}
-		d.all = append(d.all, member...)
-		if k == "library" {
-			d.library = true
-		}
-	}
-	return d, nil
+	return &d.encoded
 }
 
 // WithDefaultContext sets context entries that every event carries (for
@@ -92,14 +69,8 @@ func WithDefaultProperties(props map[string]any) Option {
 // checkDefaults encodes m once, so that a value that is not JSON fails New
 // instead of every enqueue call.
 func checkDefaults(m map[string]any) error {
-	_, err := encodeDefaults(m)
+	_, err := wire.EncodeMembers(m)
 	return err
-}
-
-// encodedDefaultsError is the error of a defaults map that cannot be
-// encoded: the key path of the value and why.
-func encodedDefaultsError(e *encoder) error {
-	return fmt.Errorf("%s cannot be encoded as JSON: %w", e.keyPath(""), e.err)
 }
 
 // newDefaults returns the client's defaults, or nil when there are none, so
@@ -112,11 +83,11 @@ func newDefaults(ctx, props map[string]any) *defaults {
 	d := &defaults{}
 	if len(ctx) > 0 {
 		d.context = ctx
-		d.encodedContext, _ = encodeDefaults(ctx)
+		d.encoded.Context, _ = wire.EncodeMembers(ctx)
 	}
 	if len(props) > 0 {
 		d.properties = props
-		d.encodedProperties, _ = encodeDefaults(props)
+		d.encoded.Properties, _ = wire.EncodeMembers(props)
 	}
 	return d
 }

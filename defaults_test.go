@@ -210,10 +210,9 @@ func TestDefaultsSplicedMatchPlainMerge(t *testing.T) {
 			Alias{MessageID: "m", UserID: "u", PreviousID: "p", Context: ownCtx, Integrations: integ},
 		}
 		for _, m := range msgs {
-			sc := getScratch()
-			sc.enc.defaults = d
+			sc := getScratch(d, false)
 			_, err := prepareMessage(sc, m, false)
-			got := append([]byte(nil), sc.enc.buf...)
+			got := append([]byte(nil), sc.Enc.Bytes()...)
 			putScratch(sc)
 			require.NoError(t, err)
 			require.NoError(t, noDuplicateKeys(got), "%s", got)

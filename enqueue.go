@@ -3,16 +3,71 @@ package analytics
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
+
+	"github.com/relaykit/analytics-go/internal/wire"
 )
+
+// scratch is the hot path's working state, one per P through sync.Pool, so
+// an enqueue call costs one Get and one Put: the wire encoder, slab and id
+// block (wire.Scratch), and what the call's client adds.
+type scratch struct {
+	wire.Scratch
+	defaults *defaults // the client's, for the copy callbacks get (detach)
+
+	// Set only by prepareDetached (analyticstest's Fake): a clock and an id
+	// generator that replace time.Now and the id block. Nil in the client.
+	clock func() time.Time
+	newID func() string
+}
+
+var scratches = sync.Pool{New: func() any { return &scratch{Scratch: wire.NewScratch()} }}
+
+// libraryJSON is the context.library value every event carries.
+const libraryJSON = `{"name":"` + LibraryName + `","version":"` + Version + `"}`
+
+// getScratch returns a scratch whose encoder adds the defaults d (nil for
+// none) and, unless noLibrary (shared.Compat NoLibrary), context.library.
+func getScratch(d *defaults, noLibrary bool) *scratch {
+	s := scratches.Get().(*scratch)
+	library := libraryJSON
+	if noLibrary {
+		library = ""
+	}
+	s.Enc.Reset(d.encodedMaps(), library)
+	s.defaults = d
+	return s
+}
+
+func putScratch(s *scratch) {
+	s.defaults = nil
+	s.Clean()
+	scratches.Put(s)
+}
+
+// now is the timestamp stamped on an event without one, always in UTC.
+func (s *scratch) now() time.Time {
+	if s.clock != nil {
+		return s.clock().UTC()
+	}
+	return time.Now().UTC()
+}
+
+// messageID is a new message id: from the Fake's generator, or cut from
+// the id block.
+func (s *scratch) messageID() string {
+	if s.newID != nil {
+		return s.newID()
+	}
+	return s.MessageID()
+}
 
 // dispatch validates, stamps and enqueues m; with wait it waits for room.
 // prepareMessage calls prepare on the concrete type, so m (and its maps)
 // does not escape: a message built in the call stays on the caller's stack.
 func (c *Client) dispatch(ctx context.Context, wait bool, m Message) error {
-	sc := getScratch()
-	sc.enc.defaults = c.defaults
-	sc.enc.noLibrary = c.noLibrary
+	sc := getScratch(c.defaults, c.noLibrary)
 	copied, err := prepareMessage(sc, m, c.keepMessages)
 	err = c.settle.stats.count(c.accept(ctx, wait, sc, copied, err))
 	if err != nil {
@@ -74,12 +129,11 @@ func prepareMessage(sc *scratch, m Message, keep bool) (Message, error) {
 // room until ctx ends. An enqueue call after Close returns ErrClosed,
 // whatever the event.
 func (c *Client) accept(ctx context.Context, wait bool, sc *scratch, withCopy Message, err error) error {
-	e := &sc.enc
 	if c.closed.Load() {
 		err = ErrClosed
 	}
 	if err == nil {
-		err = checkSize(e.buf)
+		err = checkSize(sc.Enc.Bytes())
 	}
 	if err == nil && c.disk != nil {
 		err = c.disk.accept(ctx, wait, sc, withCopy, &c.closed) // spill.go
@@ -88,7 +142,7 @@ func (c *Client) accept(ctx context.Context, wait bool, sc *scratch, withCopy Me
 	}
 	var ev event
 	if err == nil {
-		ev.data, ev.slab = sc.copyToSlab(e.buf)
+		ev.data, ev.slab = sc.CopyToSlab(sc.Enc.Bytes())
 	}
 	putScratch(sc)
 	if err != nil {
@@ -122,10 +176,11 @@ func stamp(id *string, ts *time.Time, s *scratch, withID bool) {
 // a client: prepareMessage with callbacks registered, then the size check of
 // accept. It backs analyticstest's Fake (see package internal/shared).
 func prepareDetached(m Message, now func() time.Time, newID func() string) (Message, error) {
-	sc := &scratch{next: idsPerBlock, clock: now, newID: newID}
+	sc := &scratch{clock: now, newID: newID}
+	sc.Enc.Reset(nil, libraryJSON)
 	kept, err := prepareMessage(sc, m, true)
 	if err == nil {
-		err = checkSize(sc.enc.buf)
+		err = checkSize(sc.Enc.Bytes())
 	}
 	if err != nil {
 		return nil, err

@@ -4,6 +4,8 @@ import (
 	"reflect"
 	"strings"
 	"time"
+
+	"github.com/relaykit/analytics-go/internal/wire"
 )
 
 // Properties are the free-form properties of a Track, Page or Screen event.
@@ -43,7 +45,7 @@ type Message interface {
 	// the caller set one).
 	ID() string
 
-	appendJSON(e *encoder) error
+	appendJSON(e *wire.Encoder) error
 }
 
 // Track records an action a user performed (Segment spec: track).
@@ -246,41 +248,41 @@ func (m Screen) ID() string { return m.MessageID }
 // ID implements Message.
 func (m Alias) ID() string { return m.MessageID }
 
-func (m Track) appendJSON(e *encoder) error {
-	e.header("track", m.MessageID, m.Timestamp, m.UserID, m.AnonymousID)
-	e.stringField("event", m.Event)
-	return e.tail("properties", m.Properties, m.Context, m.Integrations)
+func (m Track) appendJSON(e *wire.Encoder) error {
+	e.Header("track", m.MessageID, m.Timestamp, m.UserID, m.AnonymousID)
+	e.StringField("event", m.Event)
+	return messageErrorOf(e.Tail("properties", m.Properties, m.Context, m.Integrations))
 }
 
-func (m Identify) appendJSON(e *encoder) error {
-	e.header("identify", m.MessageID, m.Timestamp, m.UserID, m.AnonymousID)
-	return e.tail("traits", m.Traits, m.Context, m.Integrations)
+func (m Identify) appendJSON(e *wire.Encoder) error {
+	e.Header("identify", m.MessageID, m.Timestamp, m.UserID, m.AnonymousID)
+	return messageErrorOf(e.Tail("traits", m.Traits, m.Context, m.Integrations))
 }
 
-func (m Group) appendJSON(e *encoder) error {
-	e.header("group", m.MessageID, m.Timestamp, m.UserID, m.AnonymousID)
-	e.stringField("groupId", m.GroupID)
-	return e.tail("traits", m.Traits, m.Context, m.Integrations)
+func (m Group) appendJSON(e *wire.Encoder) error {
+	e.Header("group", m.MessageID, m.Timestamp, m.UserID, m.AnonymousID)
+	e.StringField("groupId", m.GroupID)
+	return messageErrorOf(e.Tail("traits", m.Traits, m.Context, m.Integrations))
 }
 
-func (m Page) appendJSON(e *encoder) error {
-	e.header("page", m.MessageID, m.Timestamp, m.UserID, m.AnonymousID)
-	e.optionalString("name", m.Name)
-	e.optionalString("category", m.Category)
-	return e.tail("properties", m.Properties, m.Context, m.Integrations)
+func (m Page) appendJSON(e *wire.Encoder) error {
+	e.Header("page", m.MessageID, m.Timestamp, m.UserID, m.AnonymousID)
+	e.OptionalString("name", m.Name)
+	e.OptionalString("category", m.Category)
+	return messageErrorOf(e.Tail("properties", m.Properties, m.Context, m.Integrations))
 }
 
-func (m Screen) appendJSON(e *encoder) error {
-	e.header("screen", m.MessageID, m.Timestamp, m.UserID, m.AnonymousID)
-	e.optionalString("name", m.Name)
-	e.optionalString("category", m.Category)
-	return e.tail("properties", m.Properties, m.Context, m.Integrations)
+func (m Screen) appendJSON(e *wire.Encoder) error {
+	e.Header("screen", m.MessageID, m.Timestamp, m.UserID, m.AnonymousID)
+	e.OptionalString("name", m.Name)
+	e.OptionalString("category", m.Category)
+	return messageErrorOf(e.Tail("properties", m.Properties, m.Context, m.Integrations))
 }
 
-func (m Alias) appendJSON(e *encoder) error {
-	e.header("alias", m.MessageID, m.Timestamp, m.UserID, m.AnonymousID)
-	e.stringField("previousId", m.PreviousID)
-	return e.tail("", nil, m.Context, m.Integrations)
+func (m Alias) appendJSON(e *wire.Encoder) error {
+	e.Header("alias", m.MessageID, m.Timestamp, m.UserID, m.AnonymousID)
+	e.StringField("previousId", m.PreviousID)
+	return messageErrorOf(e.Tail("", nil, m.Context, m.Integrations))
 }
 
 // Pointer receivers satisfy Message too, so *Track can be passed to Enqueue.
@@ -305,9 +307,9 @@ func (m Track) prepare(s *scratch, keep bool) (kept Message, err error) {
 	}
 	stamp(&m.MessageID, &m.Timestamp, s, keep)
 	if keep {
-		kept = m.detach(s.enc.defaults)
+		kept = m.detach(s.defaults)
 	}
-	return kept, m.appendJSON(&s.enc)
+	return kept, m.appendJSON(&s.Enc)
 }
 
 func (m Track) detach(d *defaults) Message {
@@ -322,9 +324,9 @@ func (m Identify) prepare(s *scratch, keep bool) (kept Message, err error) {
 	}
 	stamp(&m.MessageID, &m.Timestamp, s, keep)
 	if keep {
-		kept = m.detach(s.enc.defaults)
+		kept = m.detach(s.defaults)
 	}
-	return kept, m.appendJSON(&s.enc)
+	return kept, m.appendJSON(&s.Enc)
 }
 
 func (m Identify) detach(d *defaults) Message {
@@ -339,9 +341,9 @@ func (m Group) prepare(s *scratch, keep bool) (kept Message, err error) {
 	}
 	stamp(&m.MessageID, &m.Timestamp, s, keep)
 	if keep {
-		kept = m.detach(s.enc.defaults)
+		kept = m.detach(s.defaults)
 	}
-	return kept, m.appendJSON(&s.enc)
+	return kept, m.appendJSON(&s.Enc)
 }
 
 func (m Group) detach(d *defaults) Message {
@@ -356,9 +358,9 @@ func (m Page) prepare(s *scratch, keep bool) (kept Message, err error) {
 	}
 	stamp(&m.MessageID, &m.Timestamp, s, keep)
 	if keep {
-		kept = m.detach(s.enc.defaults)
+		kept = m.detach(s.defaults)
 	}
-	return kept, m.appendJSON(&s.enc)
+	return kept, m.appendJSON(&s.Enc)
 }
 
 func (m Page) detach(d *defaults) Message {
@@ -373,9 +375,9 @@ func (m Screen) prepare(s *scratch, keep bool) (kept Message, err error) {
 	}
 	stamp(&m.MessageID, &m.Timestamp, s, keep)
 	if keep {
-		kept = m.detach(s.enc.defaults)
+		kept = m.detach(s.defaults)
 	}
-	return kept, m.appendJSON(&s.enc)
+	return kept, m.appendJSON(&s.Enc)
 }
 
 func (m Screen) detach(d *defaults) Message {
@@ -390,9 +392,9 @@ func (m Alias) prepare(s *scratch, keep bool) (kept Message, err error) {
 	}
 	stamp(&m.MessageID, &m.Timestamp, s, keep)
 	if keep {
-		kept = m.detach(s.enc.defaults)
+		kept = m.detach(s.defaults)
 	}
-	return kept, m.appendJSON(&s.enc)
+	return kept, m.appendJSON(&s.Enc)
 }
 
 func (m Alias) detach(d *defaults) Message {

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/relaykit/analytics-go/internal/wire"
 )
 
 // A message's JSON is the event as the tracking API receives it (the
@@ -91,11 +93,11 @@ func UnmarshalMessage(data []byte) (Message, error) {
 // minus what the client adds (defaults, context.library); see
 // Track.MarshalJSON.
 func marshalMessage(m Message) ([]byte, error) {
-	e := encoder{noLibrary: true}
+	var e wire.Encoder // adds nothing
 	if err := m.appendJSON(&e); err != nil {
 		return nil, err
 	}
-	b := e.buf
+	b := e.Bytes()
 	// The encoder always writes {"type":"…","messageId":"…","timestamp":"…"
 	// first (header), with a fresh id for an empty one: cut what the
 	// caller did not set.

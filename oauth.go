@@ -18,6 +18,8 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/golang-jwt/jwt/v5"
 	"go.uber.org/zap"
+
+	"github.com/relaykit/analytics-go/internal/wire"
 )
 
 // OAuth 2.0 for the tracking API (R50). With WithOAuth, uploads carry
@@ -493,7 +495,7 @@ func (t *tokenSource) assertion(now time.Time) (string, error) {
 func newJTI() string {
 	var u [16]byte
 	_, _ = rand.Read(u[:]) // never fails (crypto/rand)
-	return string(appendUUIDFrom(make([]byte, 0, 36), binary.BigEndian.Uint64(u[:8]), binary.BigEndian.Uint64(u[8:])))
+	return string(wire.AppendUUIDFrom(make([]byte, 0, 36), binary.BigEndian.Uint64(u[:8]), binary.BigEndian.Uint64(u[8:])))
 }
 
 // tokenLifetime reads expires_in (seconds, a JSON number or string).

@@ -276,8 +276,7 @@ func TestOnErrorMessagesRebuiltMatchCopies(t *testing.T) {
 			d := c.defaults
 			require.NoError(t, closeClient(t, c, time.Second))
 			for i, m := range msgs {
-				sc := getScratch()
-				sc.enc.defaults = d
+				sc := getScratch(d, false)
 				kept, err := prepareMessage(sc, m, true)
 				putScratch(sc)
 				require.NoError(t, err)

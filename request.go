@@ -22,6 +22,8 @@ import (
 	"unicode/utf8"
 
 	"go.uber.org/zap"
+
+	"github.com/relaykit/analytics-go/internal/wire"
 )
 
 const (
@@ -41,12 +43,9 @@ type sender struct {
 	url       string
 	auth      string
 	userAgent string
-	writeKey  []byte   // JSON-encoded once
 	secrets   []string // forms of the write key removed from server text
 	gzip      bool
-	eventSent bool
-	extra     []byte       // shared.Compat BodyFields
-	frame     int          // bodyFrame of writeKey and extra
+	frame     wire.Frame   // the body around the events: write key, shared.Compat BodyFields, per-event sentAt
 	zw        *gzip.Writer // reused across attempts
 	log       *zap.Logger  // for panics of the transport and its bodies (guard.go)
 
@@ -61,12 +60,9 @@ func newSender(s *settings, client *http.Client) *sender {
 		url:       s.Endpoint + "/v1/batch",
 		auth:      "Basic " + base64.StdEncoding.EncodeToString([]byte(s.writeKey+":")),
 		userAgent: LibraryName + "/" + Version,
-		writeKey:  appendString(nil, s.writeKey),
 		secrets:   writeKeyForms(s.writeKey),
 		gzip:      s.Gzip,
-		eventSent: s.EventSentAt,
-		extra:     s.compat.BodyFields,
-		frame:     bodyFrame(appendString(nil, s.writeKey), s.compat.BodyFields),
+		frame:     wire.NewFrame(s.writeKey, s.compat.BodyFields, s.EventSentAt),
 		log:       s.logger,
 	}
 }
@@ -77,7 +73,7 @@ func newSender(s *settings, client *http.Client) *sender {
 // and with "/" escaped), and as is. Longer forms come first.
 func writeKeyForms(key string) []string {
 	unquote := func(q string) string { return q[1 : len(q)-1] }
-	ours := unquote(string(appendString(nil, key)))
+	ours := unquote(string(wire.AppendString(nil, key)))
 	std, _ := json.Marshal(key) // a string always encodes
 	forms := []string{
 		base64.StdEncoding.EncodeToString([]byte(key + ":")),
@@ -97,70 +93,18 @@ func writeKeyForms(key string) []string {
 	return out
 }
 
-// bodyFrame is the most a body adds around its events (their JSON and
-// the commas between them): the envelope, the longest sentAt, the write
-// key as encoded (writeKey) and the shared.Compat BodyFields members
-// (extra), as encodeBody writes them. It is the one formula for the frame:
-// encodeBody sizes its buffer with it, and the learned body limit leaves
-// room for it (R67).
-func bodyFrame(writeKey, extra []byte) int {
-	n := len(`{"batch":[],"sentAt":"","writeKey":}`) + maxTimestampBytes + len(writeKey)
-	if len(extra) > 0 {
-		n += 1 + len(extra) // the comma before the members
-	}
-	return n
-}
-
 // maxBodyFields is the most shared.Compat BodyFields may take of a batch:
 // the rest still holds one event of MaxEventBytes.
 const maxBodyFields = batchEventBytes - MaxEventBytes
 
-// validBodyFields reports whether members are JSON object members that
-// take none of the body's own keys, within maxBodyFields.
-func validBodyFields(members []byte) bool {
-	if len(members) > maxBodyFields {
-		return false
-	}
-	obj := append(append([]byte{'{'}, members...), '}')
-	var m map[string]json.RawMessage
-	if bytes.HasPrefix(bytes.TrimSpace(members), []byte{','}) || json.Unmarshal(obj, &m) != nil {
-		return false
-	}
-	_, batch := m["batch"]
-	_, sentAt := m["sentAt"]
-	_, key := m["writeKey"]
-	return !batch && !sentAt && !key
-}
-
-// encodeBody writes {"batch":[…],"sentAt":…,"writeKey":…} into buf; sentAt
-// is the time of this attempt (R4), on every event too with WithEventSentAt
-// (R59).
-func (s *sender) encodeBody(buf []byte, b *batch, sentAt time.Time) []byte {
-	var text [64]byte
-	stamp := appendTimestamp(text[:0], sentAt.UTC(), nil)
-	// The size is known: allocate once rather than grow by doubling.
-	if need := b.inBody(eventSentAtExtra(s.eventSent)) + s.frame; cap(buf) < need {
-		buf = make([]byte, 0, need)
-	}
-	buf = append(buf[:0], `{"batch":[`...)
-	buf = appendEvents(buf, b.events, s.eventSent, stamp)
-	buf = append(buf, ']')
-	if len(s.extra) > 0 {
-		buf = append(append(buf, ','), s.extra...)
-	}
-	buf = append(buf, `,"sentAt":"`...)
-	buf = append(buf, stamp...)
-	buf = append(buf, `","writeKey":`...)
-	buf = append(buf, s.writeKey...)
-	return append(buf, '}')
-}
-
 // bodyAgain is the attempt's body encoded anew into fresh buffers, for
-// GetBody. It may run on a transport goroutine while the consumer waits in
+// GetBody (send encodes the first: {"batch":[…],"sentAt":…,"writeKey":…},
+// sentAt being the time of the attempt, R4, on every event too with
+// WithEventSentAt, R59). It may run on a transport goroutine while the consumer waits in
 // Do, so it shares nothing with the sender that changes: b and sentAt are
 // fixed for the attempt, and it uses its own gzip writer.
 func (s *sender) bodyAgain(b *batch, sentAt time.Time) []byte {
-	body := s.encodeBody(nil, b, sentAt)
+	body := s.frame.Encode(nil, b, sentAt)
 	if !s.gzip {
 		return body
 	}
@@ -314,7 +258,7 @@ func (s *sender) attempt(ctx context.Context, b *batch, bearer string) attemptRe
 func (s *sender) send(ctx context.Context, b *batch) (response, error) {
 	sentAt := time.Now()
 	plain := getBodyBuffer()
-	*plain = s.encodeBody(*plain, b, sentAt)
+	*plain = s.frame.Encode(*plain, b, sentAt)
 	s.sent, s.plainSize = len(*plain), len(*plain)
 	wire := plain
 	if s.gzip {
