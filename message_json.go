@@ -2,10 +2,8 @@ package analytics
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 
 	"github.com/relaykit/analytics-go/internal/wire"
 )
@@ -82,7 +80,7 @@ func UnmarshalMessage(data []byte) (Message, error) {
 	if s.Type == "" {
 		return nil, errors.New(`analytics: UnmarshalMessage: the JSON has no "type" (track, identify, group, page, screen or alias)`)
 	}
-	m, err := s.message()
+	m, err := messageOf(s)
 	if err != nil {
 		return nil, fmt.Errorf("analytics: UnmarshalMessage: %w", err)
 	}
@@ -124,19 +122,17 @@ func marshalMessage(m Message) ([]byte, error) {
 	return b, nil
 }
 
-// decodeStored reads exactly one JSON object into a storedMessage, with
-// numbers as json.Number; fn names the caller in errors.
-func decodeStored(data []byte, fn string) (*storedMessage, error) {
-	var s storedMessage
-	d := json.NewDecoder(bytes.NewReader(data))
-	d.UseNumber()
-	if err := d.Decode(&s); err != nil {
-		return nil, fmt.Errorf("analytics: %s: %w", fn, err)
-	}
-	if _, err := d.Token(); err != io.EOF {
+// decodeStored reads exactly one JSON object, with numbers as
+// json.Number; fn names the caller in errors.
+func decodeStored(data []byte, fn string) (*wire.Stored, error) {
+	s, err := wire.DecodeOne(data)
+	if errors.Is(err, wire.ErrTrailing) {
 		return nil, fmt.Errorf("analytics: %s: data after the JSON object (pass one event at a time)", fn)
 	}
-	return &s, nil
+	if err != nil {
+		return nil, fmt.Errorf("analytics: %s: %w", fn, err)
+	}
+	return s, nil
 }
 
 // unmarshalInto is UnmarshalJSON for the message type typ, stored in dst.
@@ -154,7 +150,7 @@ func unmarshalInto[M Message](data []byte, typ string, dst *M) error {
 	if s.Type != typ {
 		return fmt.Errorf("analytics: JSON of a %q event cannot be read into a %s (use UnmarshalMessage)", s.Type, typ)
 	}
-	m, err := s.message()
+	m, err := messageOf(s)
 	if err != nil {
 		return err
 	}

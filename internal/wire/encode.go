@@ -57,6 +57,17 @@ type Defaults struct {
 	Properties *Members // under the properties of track, page and screen events
 }
 
+// newEncoder returns an Encoder with room for a typical event.
+func newEncoder() Encoder { return Encoder{buf: make([]byte, 0, 1024)} }
+
+// clean drops the defaults and an outsize buffer, for the next user.
+func (e *Encoder) clean() {
+	e.defaults = nil
+	if cap(e.buf) > 64<<10 { // do not keep a huge event's buffer
+		e.buf = make([]byte, 0, 1024)
+	}
+}
+
 // Reset empties e for the next event, which gets the library entry
 // library (the JSON value of context.library; "" for none) and the
 // defaults d (nil for none).
@@ -67,6 +78,44 @@ func (e *Encoder) Reset(d *Defaults, library string) {
 // Bytes is the JSON written since the last Reset. It stays valid until
 // the next Reset.
 func (e *Encoder) Bytes() []byte { return e.buf }
+
+// Members are the entries of a map as JSON object members, each
+// `"key":value`, encoded once and spliced into each event's object (see
+// Defaults).
+type Members struct {
+	keys    []string // keys[i] is the key of members[i]
+	members [][]byte
+	all     []byte // every member, comma-separated: for an event without a map of its own
+	library bool   // the map has a "library" entry (context only: it replaces the caller's)
+}
+
+// EncodeMembers encodes m's entries; nil for an empty m. A value that
+// cannot be encoded is an error naming its key path.
+func EncodeMembers(m map[string]any) (*Members, error) {
+	if len(m) == 0 {
+		return nil, nil
+	}
+	d := &Members{}
+	var e Encoder
+	for k, v := range m {
+		e.buf = e.buf[:0]
+		first := true
+		e.entry(&first, k, v, 0)
+		if e.err != nil {
+			return nil, fmt.Errorf("%s cannot be encoded as JSON: %w", e.keyPath(""), e.err)
+		}
+		member := append([]byte(nil), e.buf...)
+		d.keys, d.members = append(d.keys, k), append(d.members, member)
+		if len(d.all) > 0 {
+			d.all = append(d.all, ',')
+		}
+		d.all = append(d.all, member...)
+		if k == "library" {
+			d.library = true
+		}
+	}
+	return d, nil
+}
 
 // A FieldError is why one of an event's top-level maps could not be
 // encoded: the message type, the map's JSON key ("properties"), the key
@@ -435,8 +484,6 @@ func (e *Encoder) float(f float64, bits int) {
 	}
 	e.buf = strconv.AppendFloat(e.buf, f, format, -1, bits)
 }
-
-const hexDigits = "0123456789abcdef"
 
 // AppendString writes s as a JSON string. Invalid UTF-8 becomes U+FFFD, as
 // encoding/json does; no HTML escaping.

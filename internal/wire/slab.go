@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 )
@@ -73,17 +72,12 @@ type Scratch struct {
 
 // NewScratch returns a Scratch whose Encoder has room for a typical event.
 func NewScratch() Scratch {
-	return Scratch{Enc: Encoder{buf: make([]byte, 0, 1024)}}
+	return Scratch{Enc: newEncoder()}
 }
 
 // Clean drops what s refers to of its last user (the defaults) and an
 // outsize encoder buffer, before s goes back to a pool.
-func (s *Scratch) Clean() {
-	s.Enc.defaults = nil
-	if cap(s.Enc.buf) > 64<<10 { // do not keep a huge event's buffer
-		s.Enc.buf = make([]byte, 0, 1024)
-	}
-}
+func (s *Scratch) Clean() { s.Enc.clean() }
 
 // CopyToSlab returns a copy of p for an event, and the slab it was cut
 // from (nil for a large event, which gets its own allocation). The caller
@@ -123,29 +117,4 @@ func (s *Scratch) MessageID() string {
 	id := s.ids[s.next*36 : (s.next+1)*36]
 	s.next++
 	return id
-}
-
-// AppendUUID appends a new random (version 4) UUID.
-func AppendUUID(dst []byte) []byte {
-	return AppendUUIDFrom(dst, rand.Uint64(), rand.Uint64())
-}
-
-// AppendUUIDFrom appends the version-4 UUID made of the random bits hi, lo
-// (their version and variant bits are overwritten), written into a fixed
-// array first so that the 36 bytes cost one append.
-func AppendUUIDFrom(dst []byte, hi, lo uint64) []byte {
-	hi = hi&^(0xf<<12) | 0x4<<12 // version 4
-	lo = lo&^(0x3<<62) | 0x2<<62 // RFC 4122 variant
-	// where each of the 16 bytes' two digits go, around the dashes at 8,
-	// 13, 18 and 23
-	pos := [16]uint8{0, 2, 4, 6, 9, 11, 14, 16, 19, 21, 24, 26, 28, 30, 32, 34}
-	var u [36]byte
-	u[8], u[13], u[18], u[23] = '-', '-', '-', '-'
-	for i := range 8 {
-		x, y := byte(hi>>(56-8*i)), byte(lo>>(56-8*i))
-		p, q := pos[i], pos[i+8]
-		u[p], u[p+1] = hexDigits[x>>4], hexDigits[x&0xf]
-		u[q], u[q+1] = hexDigits[y>>4], hexDigits[y&0xf]
-	}
-	return append(dst, u[:]...)
 }
