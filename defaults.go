@@ -6,27 +6,6 @@ import (
 	"github.com/relaykit/analytics-go/internal/wire"
 )
 
-// defaults are the maps of WithDefaultContext and WithDefaultProperties,
-// copied when New applies the options and read-only afterwards, so every
-// consumer and enqueue call may read them without a lock.
-type defaults struct {
-	context    map[string]any
-	properties map[string]any
-
-	// The same entries encoded once, at New; the encoder splices them into
-	// each event's JSON.
-	encoded wire.Defaults
-}
-
-// encodedMaps is what the encoder merges under an event's maps: nil for
-// no defaults.
-func (d *defaults) encodedMaps() *wire.Defaults {
-	if d == nil {
-		return nil
-	}
-	return &d.encoded
-}
-
 // WithDefaultContext sets context entries that every event carries (for
 // example "app", "os" or "device"), merged into the event's Context when it
 // is enqueued. The merge is by top-level key: a key the event's own Context
@@ -71,56 +50,4 @@ func WithDefaultProperties(props map[string]any) Option {
 func checkDefaults(m map[string]any) error {
 	_, err := wire.EncodeMembers(m)
 	return err
-}
-
-// newDefaults returns the client's defaults, or nil when there are none, so
-// that enqueue calls without the options do no extra work. The options
-// have checked that the maps encode.
-func newDefaults(ctx, props map[string]any) *defaults {
-	if len(ctx) == 0 && len(props) == 0 {
-		return nil
-	}
-	d := &defaults{}
-	if len(ctx) > 0 {
-		d.context = ctx
-		d.encoded.Context, _ = wire.EncodeMembers(ctx)
-	}
-	if len(props) > 0 {
-		d.properties = props
-		d.encoded.Properties, _ = wire.EncodeMembers(props)
-	}
-	return d
-}
-
-// mergeContext returns the Context callbacks get: a copy of own with the
-// default entries it lacks (nil when both are empty).
-func (d *defaults) mergeContext(own map[string]any) map[string]any {
-	if d == nil {
-		return cloneMap(own)
-	}
-	return mergeMaps(own, d.context)
-}
-
-// mergeProperties is mergeContext for Properties.
-func (d *defaults) mergeProperties(own map[string]any) map[string]any {
-	if d == nil {
-		return cloneMap(own)
-	}
-	return mergeMaps(own, d.properties)
-}
-
-// mergeMaps copies own's top level and adds under's entries whose keys own
-// lacks. It returns nil when own is nil and under is empty.
-func mergeMaps(own, under map[string]any) map[string]any {
-	if len(under) == 0 {
-		return cloneMap(own)
-	}
-	out := make(map[string]any, len(own)+len(under))
-	for k, v := range under {
-		out[k] = v
-	}
-	for k, v := range own {
-		out[k] = v
-	}
-	return out
 }

@@ -5,17 +5,6 @@ import (
 	"unicode/utf8"
 )
 
-// NewMessageID returns a new message id, as the client generates for events
-// whose MessageID is empty: a random (version 4) UUID. Set it on a message
-// before enqueueing it to know the id in advance (for example to correlate
-// callbacks or logs). Safe for concurrent use.
-func NewMessageID() string {
-	s := scratches.Get().(*scratch)
-	id := s.MessageID()
-	scratches.Put(s)
-	return id
-}
-
 // blankID reports whether id counts as absent (R65): it is empty, or every
 // rune in it is white space (unicode.IsSpace, which covers the Unicode
 // spaces such as U+00A0 and U+3000), not printable (format characters

@@ -3,6 +3,7 @@ package analytics
 import (
 	"reflect"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/relaykit/analytics-go/internal/wire"
@@ -290,6 +291,207 @@ var (
 	_ Message = Track{}
 	_ Message = (*Track)(nil)
 )
+
+// The enqueue path up to the queue: prepareMessage validates an event,
+// stamps it and encodes it into a scratch (package internal/wire's
+// encoder, slab and id block) with what the client adds to every event:
+// context.library and the default maps.
+
+// scratch is the hot path's working state, one per P through sync.Pool, so
+// an enqueue call costs one Get and one Put: the wire encoder, slab and id
+// block (wire.Scratch), and what the call's client adds.
+type scratch struct {
+	wire.Scratch
+	defaults *defaults // the client's, for the copy callbacks get (detach)
+
+	// Set only by prepareDetached (analyticstest's Fake): a clock and an id
+	// generator that replace time.Now and the id block. Nil in the client.
+	clock func() time.Time
+	newID func() string
+}
+
+var scratches = sync.Pool{New: func() any { return &scratch{Scratch: wire.NewScratch()} }}
+
+// libraryJSON is the context.library value every event carries.
+const libraryJSON = `{"name":"` + LibraryName + `","version":"` + Version + `"}`
+
+// getScratch returns a scratch whose encoder adds the defaults d (nil for
+// none) and, unless noLibrary (shared.Compat NoLibrary), context.library.
+func getScratch(d *defaults, noLibrary bool) *scratch {
+	s := scratches.Get().(*scratch)
+	library := libraryJSON
+	if noLibrary {
+		library = ""
+	}
+	s.Enc.Reset(d.encodedMaps(), library)
+	s.defaults = d
+	return s
+}
+
+func putScratch(s *scratch) {
+	s.defaults = nil
+	s.Clean()
+	scratches.Put(s)
+}
+
+// now is the timestamp stamped on an event without one, always in UTC.
+func (s *scratch) now() time.Time {
+	if s.clock != nil {
+		return s.clock().UTC()
+	}
+	return time.Now().UTC()
+}
+
+// messageID is a new message id: from the Fake's generator, or cut from
+// the id block.
+func (s *scratch) messageID() string {
+	if s.newID != nil {
+		return s.newID()
+	}
+	return s.MessageID()
+}
+
+// NewMessageID returns a new message id, as the client generates for events
+// whose MessageID is empty: a random (version 4) UUID. Set it on a message
+// before enqueueing it to know the id in advance (for example to correlate
+// callbacks or logs). Safe for concurrent use.
+func NewMessageID() string {
+	s := scratches.Get().(*scratch)
+	id := s.MessageID()
+	scratches.Put(s)
+	return id
+}
+
+// stamp fills the fields the SDK owns, never overwriting the caller's (R2).
+// An empty id is filled only withID (callbacks will read it); otherwise the
+// encoder writes a fresh id straight into the JSON, and no string is made.
+func stamp(id *string, ts *time.Time, s *scratch, withID bool) {
+	if *id == "" && withID {
+		*id = s.messageID()
+	}
+	if ts.IsZero() {
+		*ts = s.now()
+	}
+}
+
+// prepareMessage validates m, stamps it and encodes it into sc's encoder;
+// with keep it also returns the copy callbacks get. A nil or unknown
+// Message is a *MessageError. The client and analyticstest's Fake both
+// call it (see prepareDetached), so they cannot disagree.
+func prepareMessage(sc *scratch, m Message, keep bool) (Message, error) {
+	switch v := m.(type) {
+	case Track:
+		return v.prepare(sc, keep)
+	case Identify:
+		return v.prepare(sc, keep)
+	case Group:
+		return v.prepare(sc, keep)
+	case Page:
+		return v.prepare(sc, keep)
+	case Screen:
+		return v.prepare(sc, keep)
+	case Alias:
+		return v.prepare(sc, keep)
+	case *Track:
+		if v != nil {
+			return v.prepare(sc, keep)
+		}
+	case *Identify:
+		if v != nil {
+			return v.prepare(sc, keep)
+		}
+	case *Group:
+		if v != nil {
+			return v.prepare(sc, keep)
+		}
+	case *Page:
+		if v != nil {
+			return v.prepare(sc, keep)
+		}
+	case *Screen:
+		if v != nil {
+			return v.prepare(sc, keep)
+		}
+	case *Alias:
+		if v != nil {
+			return v.prepare(sc, keep)
+		}
+	}
+	return nil, notAMessage(m)
+}
+
+// defaults are the maps of WithDefaultContext and WithDefaultProperties,
+// copied when New applies the options and read-only afterwards, so every
+// consumer and enqueue call may read them without a lock.
+type defaults struct {
+	context    map[string]any
+	properties map[string]any
+
+	// The same entries encoded once, at New; the encoder splices them into
+	// each event's JSON.
+	encoded wire.Defaults
+}
+
+// encodedMaps is what the encoder merges under an event's maps: nil for
+// no defaults.
+func (d *defaults) encodedMaps() *wire.Defaults {
+	if d == nil {
+		return nil
+	}
+	return &d.encoded
+}
+
+// newDefaults returns the client's defaults, or nil when there are none, so
+// that enqueue calls without the options do no extra work. The options
+// have checked that the maps encode.
+func newDefaults(ctx, props map[string]any) *defaults {
+	if len(ctx) == 0 && len(props) == 0 {
+		return nil
+	}
+	d := &defaults{}
+	if len(ctx) > 0 {
+		d.context = ctx
+		d.encoded.Context, _ = wire.EncodeMembers(ctx)
+	}
+	if len(props) > 0 {
+		d.properties = props
+		d.encoded.Properties, _ = wire.EncodeMembers(props)
+	}
+	return d
+}
+
+// mergeContext returns the Context callbacks get: a copy of own with the
+// default entries it lacks (nil when both are empty).
+func (d *defaults) mergeContext(own map[string]any) map[string]any {
+	if d == nil {
+		return cloneMap(own)
+	}
+	return mergeMaps(own, d.context)
+}
+
+// mergeProperties is mergeContext for Properties.
+func (d *defaults) mergeProperties(own map[string]any) map[string]any {
+	if d == nil {
+		return cloneMap(own)
+	}
+	return mergeMaps(own, d.properties)
+}
+
+// mergeMaps copies own's top level and adds under's entries whose keys own
+// lacks. It returns nil when own is nil and under is empty.
+func mergeMaps(own, under map[string]any) map[string]any {
+	if len(under) == 0 {
+		return cloneMap(own)
+	}
+	out := make(map[string]any, len(own)+len(under))
+	for k, v := range under {
+		out[k] = v
+	}
+	for k, v := range own {
+		out[k] = v
+	}
+	return out
+}
 
 // prepare validates m, stamps it (see stamp) and encodes it into s's
 // encoder; with keep it also returns the copy that callbacks get. The
