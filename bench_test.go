@@ -221,7 +221,8 @@ func BenchmarkCallbackMessages(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			b.ReportAllocs()
 			for i := 0; i < b.N; i++ {
-				sc := getScratch(nil, false)
+				sc := getScratch()
+				sc.use(nil, false)
 				if _, err := prepareMessage(sc, m, keep); err != nil {
 					b.Fatal(err)
 				}
@@ -229,7 +230,8 @@ func BenchmarkCallbackMessages(b *testing.B) {
 			}
 		})
 	}
-	sc := getScratch(nil, false)
+	sc := getScratch()
+	sc.use(nil, false)
 	if _, err := prepareMessage(sc, m, false); err != nil {
 		b.Fatal(err)
 	}

@@ -210,7 +210,8 @@ func TestDefaultsSplicedMatchPlainMerge(t *testing.T) {
 			Alias{MessageID: "m", UserID: "u", PreviousID: "p", Context: ownCtx, Integrations: integ},
 		}
 		for _, m := range msgs {
-			sc := getScratch(d, false)
+			sc := getScratch()
+			sc.use(d, false)
 			_, err := prepareMessage(sc, m, false)
 			got := append([]byte(nil), sc.Enc.Bytes()...)
 			putScratch(sc)

@@ -99,7 +99,8 @@ func TestJSONNumberChecked(t *testing.T) {
 // encodeTrack encodes m as the client would at enqueue.
 func encodeTrack(t *testing.T, m Track) ([]byte, error) {
 	t.Helper()
-	sc := getScratch(nil, false)
+	sc := getScratch()
+	sc.use(nil, false)
 	defer putScratch(sc)
 	_, err := m.prepare(sc, false)
 	return append([]byte(nil), sc.Enc.Bytes()...), err

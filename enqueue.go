@@ -10,7 +10,8 @@ import (
 // prepareMessage calls prepare on the concrete type, so m (and its maps)
 // does not escape: a message built in the call stays on the caller's stack.
 func (c *Client) dispatch(ctx context.Context, wait bool, m Message) error {
-	sc := getScratch(c.defaults, c.noLibrary)
+	sc := getScratch()
+	sc.use(c.defaults, c.noLibrary)
 	copied, err := prepareMessage(sc, m, c.keepMessages)
 	err = c.settle.stats.count(c.accept(ctx, wait, sc, copied, err))
 	if err != nil {
@@ -62,7 +63,7 @@ func (c *Client) accept(ctx context.Context, wait bool, sc *scratch, withCopy Me
 // accept. It backs analyticstest's Fake (see package internal/shared).
 func prepareDetached(m Message, now func() time.Time, newID func() string) (Message, error) {
 	sc := &scratch{clock: now, newID: newID}
-	sc.Enc.Reset(nil, libraryJSON)
+	sc.use(nil, false)
 	kept, err := prepareMessage(sc, m, true)
 	if err == nil {
 		err = checkSize(sc.Enc.Bytes())

@@ -315,17 +315,19 @@ var scratches = sync.Pool{New: func() any { return &scratch{Scratch: wire.NewScr
 // libraryJSON is the context.library value every event carries.
 const libraryJSON = `{"name":"` + LibraryName + `","version":"` + Version + `"}`
 
-// getScratch returns a scratch whose encoder adds the defaults d (nil for
+// getScratch returns a scratch from the pool; use sets what its encoder
+// adds.
+func getScratch() *scratch { return scratches.Get().(*scratch) }
+
+// use empties s for the next event, which gets the defaults d (nil for
 // none) and, unless noLibrary (shared.Compat NoLibrary), context.library.
-func getScratch(d *defaults, noLibrary bool) *scratch {
-	s := scratches.Get().(*scratch)
+func (s *scratch) use(d *defaults, noLibrary bool) {
 	library := libraryJSON
 	if noLibrary {
 		library = ""
 	}
 	s.Enc.Reset(d.encodedMaps(), library)
 	s.defaults = d
-	return s
 }
 
 func putScratch(s *scratch) {

@@ -276,7 +276,8 @@ func TestOnErrorMessagesRebuiltMatchCopies(t *testing.T) {
 			d := c.defaults
 			require.NoError(t, closeClient(t, c, time.Second))
 			for i, m := range msgs {
-				sc := getScratch(d, false)
+				sc := getScratch()
+				sc.use(d, false)
 				kept, err := prepareMessage(sc, m, true)
 				putScratch(sc)
 				require.NoError(t, err)
