@@ -62,8 +62,7 @@ func (c *Client) accept(ctx context.Context, wait bool, sc *scratch, withCopy Me
 // a client: prepareMessage with callbacks registered, then the size check of
 // accept. It backs analyticstest's Fake (see package internal/shared).
 func prepareDetached(m Message, now func() time.Time, newID func() string) (Message, error) {
-	sc := &scratch{clock: now, newID: newID}
-	sc.use(nil, false)
+	sc := detachedScratch(now, newID)
 	kept, err := prepareMessage(sc, m, true)
 	if err == nil {
 		err = checkSize(sc.Enc.Bytes())

@@ -1,6 +1,7 @@
 package analytics
 
 import (
+	"fmt"
 	"reflect"
 	"strings"
 	"sync"
@@ -315,6 +316,14 @@ var scratches = sync.Pool{New: func() any { return &scratch{Scratch: wire.NewScr
 // libraryJSON is the context.library value every event carries.
 const libraryJSON = `{"name":"` + LibraryName + `","version":"` + Version + `"}`
 
+// detachedScratch is a scratch outside the pool with the Fake's clock
+// and id generator (see prepareDetached).
+func detachedScratch(now func() time.Time, newID func() string) *scratch {
+	s := &scratch{clock: now, newID: newID}
+	s.use(nil, false)
+	return s
+}
+
 // getScratch returns a scratch from the pool; use sets what its encoder
 // adds.
 func getScratch() *scratch { return scratches.Get().(*scratch) }
@@ -605,6 +614,34 @@ func (m Alias) detach(d *defaults) Message {
 	c := cloneStrings([5]string{m.MessageID, m.UserID, m.AnonymousID, m.PreviousID})
 	return Alias{MessageID: c[0], UserID: c[1], AnonymousID: c[2], PreviousID: c[3], Timestamp: cloneTime(m.Timestamp),
 		Context: d.mergeContext(m.Context), Integrations: cloneMap(m.Integrations)}
+}
+
+// messageOf is the message s was encoded from.
+func messageOf(s *wire.Stored) (Message, error) {
+	s.Timestamp = s.Timestamp.UTC() // as the client stamps (an offset from elsewhere is normalised)
+	switch s.Type {
+	case "track":
+		return Track{MessageID: s.MessageID, UserID: s.UserID, AnonymousID: s.AnonymousID, Event: s.Event,
+			Timestamp: s.Timestamp, Properties: s.Properties, Context: s.Context, Integrations: s.Integrations}, nil
+	case "identify":
+		return Identify{MessageID: s.MessageID, UserID: s.UserID, AnonymousID: s.AnonymousID,
+			Timestamp: s.Timestamp, Traits: s.Traits, Context: s.Context, Integrations: s.Integrations}, nil
+	case "group":
+		return Group{MessageID: s.MessageID, UserID: s.UserID, AnonymousID: s.AnonymousID, GroupID: s.GroupID,
+			Timestamp: s.Timestamp, Traits: s.Traits, Context: s.Context, Integrations: s.Integrations}, nil
+	case "page":
+		return Page{MessageID: s.MessageID, UserID: s.UserID, AnonymousID: s.AnonymousID, Name: s.Name,
+			Category: s.Category, Timestamp: s.Timestamp, Properties: s.Properties, Context: s.Context,
+			Integrations: s.Integrations}, nil
+	case "screen":
+		return Screen{MessageID: s.MessageID, UserID: s.UserID, AnonymousID: s.AnonymousID, Name: s.Name,
+			Category: s.Category, Timestamp: s.Timestamp, Properties: s.Properties, Context: s.Context,
+			Integrations: s.Integrations}, nil
+	case "alias":
+		return Alias{MessageID: s.MessageID, UserID: s.UserID, AnonymousID: s.AnonymousID, PreviousID: s.PreviousID,
+			Timestamp: s.Timestamp, Context: s.Context, Integrations: s.Integrations}, nil
+	}
+	return nil, fmt.Errorf("unknown message type %q", s.Type)
 }
 
 // cloneStrings copies the strings of in into one new allocation.

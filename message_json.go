@@ -122,6 +122,32 @@ func marshalMessage(m Message) ([]byte, error) {
 	return b, nil
 }
 
+// decodeMessage turns an event's JSON, as the client encodes it, back into
+// the message type it was encoded from, for the test server of package
+// analyticstest (through internal/shared). Numbers come back as float64
+// and nested objects as map[string]any, as encoding/json decodes them;
+// Context includes the "library" entry the client added.
+func decodeMessage(data []byte) (Message, error) {
+	s, err := wire.Decode(data, wire.Float64s)
+	if err != nil {
+		return nil, err
+	}
+	return messageOf(s)
+}
+
+// rebuildMessage is decodeMessage for the client's callbacks: the messages
+// of events that kept no copy (see WithOnError) and of replayed events. A
+// number written without a fraction or an exponent that fits in an int
+// comes back as an int, as the caller most likely gave it; every other
+// number is a float64.
+func rebuildMessage(data []byte) (Message, error) {
+	s, err := wire.Decode(data, wire.Ints)
+	if err != nil {
+		return nil, err
+	}
+	return messageOf(s)
+}
+
 // decodeStored reads exactly one JSON object, with numbers as
 // json.Number; fn names the caller in errors.
 func decodeStored(data []byte, fn string) (*wire.Stored, error) {
