@@ -12,19 +12,19 @@ import (
 // sentAt on, the attempt's sentAt is also spliced into every event, so no
 // event is encoded again.
 
-// MaxTimestampBytes is the longest timestamp AppendTimestamp writes for a
+// maxTimestampBytes is the longest timestamp appendTimestamp writes for a
 // year in 0–9999.
-const MaxTimestampBytes = len("2006-01-02T15:04:05.999999999Z")
+const maxTimestampBytes = len("2006-01-02T15:04:05.999999999Z")
 
-// EventSentAtBytes is the most the per-event sentAt adds to one event:
+// eventSentAtBytes is the most the per-event sentAt adds to one event:
 // `,"sentAt":"…"` with the longest timestamp.
-const EventSentAtBytes = len(`,"sentAt":""`) + MaxTimestampBytes
+const eventSentAtBytes = len(`,"sentAt":""`) + maxTimestampBytes
 
 // PerEvent is what a body adds to each event beyond its JSON and a comma:
-// EventSentAtBytes with the per-event sentAt on, 0 with it off.
+// eventSentAtBytes with the per-event sentAt on, 0 with it off.
 func PerEvent(eventSentAt bool) int {
 	if eventSentAt {
-		return EventSentAtBytes
+		return eventSentAtBytes
 	}
 	return 0
 }
@@ -57,7 +57,7 @@ func NewFrame(writeKey string, extra []byte, eventSentAt bool) Frame {
 // the frame: Encode sizes its buffer with it, and a body limit less Size is
 // what the events may take.
 func (f *Frame) Size() int {
-	n := len(`{"batch":[],"sentAt":"","writeKey":}`) + MaxTimestampBytes + len(f.writeKey)
+	n := len(`{"batch":[],"sentAt":"","writeKey":}`) + maxTimestampBytes + len(f.writeKey)
 	if len(f.extra) > 0 {
 		n += 1 + len(f.extra) // the comma before the members
 	}

@@ -1,9 +1,9 @@
 // Package wire is the client's wire format: the JSON of events, encoded
-// once when an event is accepted; message ids; the slabs that hold event
-// JSON; and the request body around a batch of events, with the per-event
-// sentAt. It knows nothing of the client: it takes the library entry and
-// the default maps from its caller and returns neutral errors, which the
-// caller turns into its own error types.
+// once when an event is accepted, and read back; message ids; the slabs
+// that hold event JSON; and the request body around a batch of events,
+// with the per-event sentAt. It knows nothing of the client: it takes the
+// library entry and the default maps from its caller and returns neutral
+// errors, which the caller turns into its own error types.
 package wire
 
 import (
@@ -135,7 +135,7 @@ func (e *Encoder) Header(typ, id string, ts time.Time, userID, anonymousID strin
 	e.buf = append(e.buf, `","messageId":`...)
 	if id == "" {
 		e.buf = append(e.buf, '"')
-		e.buf = AppendUUID(e.buf)
+		e.buf = appendUUID(e.buf)
 		e.buf = append(e.buf, '"')
 	} else {
 		e.buf = AppendString(e.buf, id)
@@ -568,10 +568,6 @@ var plainByte = func() (t [256]bool) {
 	}
 	return t
 }()
-
-// AppendTimestamp appends t as time.RFC3339Nano would, faster for a time
-// in UTC.
-func AppendTimestamp(b []byte, t time.Time) []byte { return appendTimestamp(b, t, nil) }
 
 // appendTimestamp appends t as time.RFC3339Nano would. Times in UTC (every
 // timestamp the SDK stamps, and sentAt) take a direct path; other

@@ -4,8 +4,8 @@ import "math/rand/v2"
 
 const hexDigits = "0123456789abcdef"
 
-// AppendUUID appends a new random (version 4) UUID.
-func AppendUUID(dst []byte) []byte {
+// appendUUID appends a new random (version 4) UUID.
+func appendUUID(dst []byte) []byte {
 	return AppendUUIDFrom(dst, rand.Uint64(), rand.Uint64())
 }
 

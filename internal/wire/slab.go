@@ -110,7 +110,7 @@ func (s *Scratch) MessageID() string {
 	if s.next*36 >= len(s.ids) {
 		buf := make([]byte, 0, idsPerBlock*36)
 		for i := 0; i < idsPerBlock; i++ {
-			buf = AppendUUID(buf)
+			buf = appendUUID(buf)
 		}
 		s.ids, s.next = string(buf), 0
 	}
