@@ -64,14 +64,19 @@ func (f *Frame) Size() int {
 	return n
 }
 
+// BodySize is the most the body of evs takes: Size, their JSON and commas,
+// and what the per-event sentAt adds to each.
+func (f *Frame) BodySize(evs Events) int {
+	return evs.Bytes() + evs.Len()*PerEvent(f.eventSentAt) + f.Size()
+}
+
 // Encode writes the body of evs into buf (reused when large enough);
 // sentAt is the time of the attempt, written in UTC.
 func (f *Frame) Encode(buf []byte, evs Events, sentAt time.Time) []byte {
 	var text [64]byte
 	stamp := appendTimestamp(text[:0], sentAt.UTC(), nil)
-	n := evs.Len()
 	// The size is known: allocate once rather than grow by doubling.
-	if need := evs.Bytes() + n*PerEvent(f.eventSentAt) + f.Size(); cap(buf) < need {
+	if need := f.BodySize(evs); cap(buf) < need {
 		buf = make([]byte, 0, need)
 	}
 	buf = append(buf[:0], `{"batch":[`...)
