@@ -198,8 +198,14 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 	c.outage = &outageLog{log: c.log, q: c.q, room: c.room, disk: c.disk, stats: &c.settle.stats}
 	c.consumers.Add(s.Consumers)
 	for i := 0; i < s.Consumers; i++ {
+		var t transport
+		if s.newTransport != nil {
+			t = s.newTransport()
+		} else {
+			t = newSender(&s, httpClient)
+		}
 		w := &consumer{
-			q: c.q, room: c.room, transport: newSender(&s, httpClient), auth: c.auth, settle: c.settle,
+			q: c.q, room: c.room, transport: t, auth: c.auth, settle: c.settle,
 			policy: policy, log: c.log, interrupt: c.interrupt, retire: c.retire, onAttempt: s.attemptHook,
 			limits: lim, outage: c.outage,
 		}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/relaykit/analytics-go/internal/httpbatch"
 	"github.com/relaykit/analytics-go/internal/shared"
 	"github.com/relaykit/analytics-go/internal/wire"
 	"go.uber.org/zap"
@@ -150,6 +151,9 @@ type settings struct {
 	defaultContext, defaultProperties map[string]any    // see defaults.go
 	attemptHook                       func(AttemptInfo) // WithAttemptHook
 	compat                            shared.Compat     // the segmentv3 seams (see the init below)
+	// newTransport, when set (by tests), makes each consumer's transport
+	// instead of the HTTP one (request.go).
+	newTransport func() transport
 }
 
 // Option configures a Client in New. Options are applied in order; a later
@@ -512,21 +516,7 @@ func checkEndpoint(endpoint string) error {
 
 // redactURL hides the user information (user name and password) of a URL,
 // parseable or not, so that it can be logged.
-func redactURL(raw string) string {
-	start := 0
-	if i := strings.Index(raw, "://"); i >= 0 {
-		start = i + len("://")
-	}
-	end := len(raw)
-	if i := strings.IndexAny(raw[start:], "/?#"); i >= 0 {
-		end = start + i
-	}
-	at := strings.LastIndex(raw[start:end], "@")
-	if at < 0 {
-		return raw
-	}
-	return raw[:start] + "xxxxx" + raw[start+at:]
-}
+func redactURL(raw string) string { return httpbatch.RedactURL(raw) }
 
 // Seams for the segment v3 compatibility package (segmentv3) and for
 // analyticstest's Fake. They are reached through internal/shared, so they
