@@ -6,13 +6,13 @@ const hexDigits = "0123456789abcdef"
 
 // appendUUID appends a new random (version 4) UUID.
 func appendUUID(dst []byte) []byte {
-	return AppendUUIDFrom(dst, rand.Uint64(), rand.Uint64())
+	return appendUUIDFrom(dst, rand.Uint64(), rand.Uint64())
 }
 
-// AppendUUIDFrom appends the version-4 UUID made of the random bits hi, lo
+// appendUUIDFrom appends the version-4 UUID made of the random bits hi, lo
 // (their version and variant bits are overwritten), written into a fixed
 // array first so that the 36 bytes cost one append.
-func AppendUUIDFrom(dst []byte, hi, lo uint64) []byte {
+func appendUUIDFrom(dst []byte, hi, lo uint64) []byte {
 	hi = hi&^(0xf<<12) | 0x4<<12 // version 4
 	lo = lo&^(0x3<<62) | 0x2<<62 // RFC 4122 variant
 	// where each of the 16 bytes' two digits go, around the dashes at 8,
