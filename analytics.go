@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/relaykit/analytics-go/internal/wire"
 )
 
 // Tracker is the set of methods code that sends events needs: the enqueue
@@ -132,9 +134,10 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 	places.wakeWhen(s.FlushAt) // blocked producers wake when a batch fits
 	places.markAt(highWaterMark(s.Consumers, s.FlushAt))
 	q := newQueue(places, s.FlushAt, batchEventBytes-len(s.compat.BodyFields), s.FlushInterval)
-	q.perEvent = eventSentAtExtra(s.EventSentAt) // R45 with R59
-	q.markBytesFor(markBatches(s.Consumers))     // R71, in bytes
-	lim := newLearnedLimits(q, bodyFrame(appendString(nil, s.writeKey), s.compat.BodyFields))
+	q.perEvent = wire.PerEvent(s.EventSentAt) // R45 with R59
+	q.markBytesFor(markBatches(s.Consumers))  // R71, in bytes
+	frame := wire.NewFrame(s.writeKey, s.compat.BodyFields, s.EventSentAt)
+	lim := newLearnedLimits(q, frame.Size())
 	cfg := s.Config
 	cfg.Endpoint = redactURL(cfg.Endpoint) // safe in every form: %+v, JSON, slog, zap.Any
 	if s.disk != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/relaykit/analytics-go/internal/httpbatch"
 	"github.com/relaykit/analytics-go/internal/shared"
+	"github.com/relaykit/analytics-go/internal/wire"
 	"go.uber.org/zap"
 )
 
@@ -63,7 +64,7 @@ const (
 	// batchEventBytes is where a batch closes: its events (with separators
 	// and, with WithEventSentAt, their sentAt) and the shared.Compat
 	// BodyFields never exceed it, leaving room in MaxBatchBytes for the
-	// rest of the frame (bodyFrame).
+	// rest of the frame (wire.Frame.Size).
 	batchEventBytes = 475_000
 )
 
@@ -525,7 +526,7 @@ func redactURL(raw string) string { return httpbatch.RedactURL(raw) }
 func init() {
 	shared.CompatOption = func(c shared.Compat) any {
 		return optionFunc(func(s *settings) {
-			if len(c.BodyFields) > 0 && !validBodyFields(c.BodyFields) {
+			if len(c.BodyFields) > 0 && !wire.ValidExtra(c.BodyFields, maxBodyFields) {
 				s.errs = append(s.errs, invalid("BodyFields", len(c.BodyFields), "must be at most shared.MaxBodyFields bytes of JSON object members"))
 			}
 			s.compat = c
