@@ -75,22 +75,18 @@ type limitRun struct {
 }
 
 // withRamp is an option for newTestClient: the client starts as New
-// starts it, with R67's ramp. Without it, newTestClient ends the ramp
-// (skipRamp), for tests of other rules.
+// starts it, with R67's ramp. Without it, newTestClient gives New rampOff,
+// for tests of other rules.
 type withRamp struct{}
 
 func (withRamp) apply(*settings) {}
 
-// skipRamp ends R67's ramp before it starts: batches close at FlushAt and
-// the byte budget from the first request. R69 holds as ever: a body larger
-// than any accepted goes alone.
-func skipRamp(c *Client) {
-	l := c.limits
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.ramp = l.maxBytes + l.frame
-	l.applyLocked()
-}
+// rampOff ends R67's ramp before the client starts: batches close at
+// FlushAt and the byte budget from the first request. R69 holds as ever:
+// a body larger than any accepted goes alone.
+type rampOff struct{}
+
+func (rampOff) apply(s *settings) { s.rampOff = true }
 
 // sendAgainstLimit tracks n events made by ev into a client with the
 // default consumers against a server whose body limit is limit, flushes

@@ -93,6 +93,15 @@ func newLearnedLimits(q *queue, frame int) *learnedLimits {
 	return l
 }
 
+// endRamp ends R67's ramp before the client starts: batches close at the
+// configured sizes from the first request (tests of other rules).
+func (l *learnedLimits) endRamp() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.ramp = l.maxBytes + l.frame
+	l.applyLocked()
+}
+
 // bodyLimit and eventLimit are the learned limits, 0 when none is known.
 func (l *learnedLimits) bodyLimit() int  { return int(l.body.Load()) }
 func (l *learnedLimits) closeAt() int    { return int(l.target.Load()) } // where batches close: the learned limit or the ramp's
