@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/relaykit/analytics-go/internal/wire"
 )
 
 // Tracker is the set of methods code that sends events needs: the enqueue
@@ -132,9 +134,13 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 	places.wakeWhen(s.FlushAt) // blocked producers wake when a batch fits
 	places.markAt(highWaterMark(s.Consumers, s.FlushAt))
 	q := newQueue(places, s.FlushAt, batchEventBytes-len(s.compat.BodyFields), s.FlushInterval)
-	q.perEvent = eventSentAtExtra(s.EventSentAt) // R45 with R59
-	q.markBytesFor(markBatches(s.Consumers))     // R71, in bytes
-	lim := newLearnedLimits(q, bodyFrame(appendString(nil, s.writeKey), s.compat.BodyFields))
+	q.perEvent = wire.PerEvent(s.EventSentAt) // R45 with R59
+	q.markBytesFor(markBatches(s.Consumers))  // R71, in bytes
+	frame := wire.NewFrame(s.writeKey, s.compat.BodyFields, s.EventSentAt)
+	lim := newLearnedLimits(q, frame.Size())
+	if s.rampOff {
+		lim.endRamp()
+	}
 	cfg := s.Config
 	cfg.Endpoint = redactURL(cfg.Endpoint) // safe in every form: %+v, JSON, slog, zap.Any
 	if s.disk != nil {
@@ -195,8 +201,14 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 	c.outage = &outageLog{log: c.log, q: c.q, room: c.room, disk: c.disk, stats: &c.settle.stats}
 	c.consumers.Add(s.Consumers)
 	for i := 0; i < s.Consumers; i++ {
+		var t transport
+		if s.newTransport != nil {
+			t = s.newTransport()
+		} else {
+			t = newSender(&s, httpClient)
+		}
 		w := &consumer{
-			q: c.q, room: c.room, transport: newSender(&s, httpClient), auth: c.auth, settle: c.settle,
+			q: c.q, room: c.room, transport: t, auth: c.auth, settle: c.settle,
 			policy: policy, log: c.log, interrupt: c.interrupt, retire: c.retire, onAttempt: s.attemptHook,
 			limits: lim, outage: c.outage,
 		}

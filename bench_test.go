@@ -1,6 +1,8 @@
 package analytics
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"fmt"
 	"io"
@@ -11,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/relaykit/analytics-go/internal/wire"
 )
 
 // blockedTransport holds every request until the client shuts down, so
@@ -220,6 +224,7 @@ func BenchmarkCallbackMessages(b *testing.B) {
 			b.ReportAllocs()
 			for i := 0; i < b.N; i++ {
 				sc := getScratch()
+				sc.use(nil, false)
 				if _, err := prepareMessage(sc, m, keep); err != nil {
 					b.Fatal(err)
 				}
@@ -228,10 +233,11 @@ func BenchmarkCallbackMessages(b *testing.B) {
 		})
 	}
 	sc := getScratch()
+	sc.use(nil, false)
 	if _, err := prepareMessage(sc, m, false); err != nil {
 		b.Fatal(err)
 	}
-	data := append([]byte(nil), sc.enc.buf...)
+	data := append([]byte(nil), sc.Enc.Bytes()...)
 	putScratch(sc)
 	b.Run("rebuild", func(b *testing.B) {
 		b.ReportAllocs()
@@ -270,14 +276,15 @@ func BenchmarkTrackParallel(b *testing.B) {
 func benchBatch(n int) *batch {
 	b := &batch{}
 	for i := 0; i < n; i++ {
-		e := &encoder{}
+		e := &wire.Encoder{}
+		e.Reset(nil, libraryJSON)
 		m := Track{MessageID: NewMessageID(), UserID: "user-" + strconv.Itoa(i), Event: "Order Completed", Timestamp: time.Now(),
 			Properties: Properties{"plan": "pro", "amount": i, "currency": "EUR", "trial": false}}
 		if err := m.appendJSON(e); err != nil {
 			panic(err)
 		}
-		b.events = append(b.events, event{msg: m, data: e.buf})
-		b.bytes += len(e.buf) + 1
+		b.events = append(b.events, event{msg: m, data: e.Bytes()})
+		b.bytes += len(e.Bytes()) + 1
 	}
 	return b
 }
@@ -295,21 +302,26 @@ func BenchmarkEncodeBody(b *testing.B) {
 				name = "gzip"
 			}
 			b.Run(fmt.Sprintf("%s/eventSentAt=%t", name, on), func(b *testing.B) {
-				s := &sender{writeKey: appendString(nil, "wk"), eventSent: on}
-				var plain, zipped []byte
+				s := &sender{frame: wire.NewFrame("wk", nil, on)}
+				var plain []byte
+				var zipped bytes.Buffer
+				zw, _ := gzip.NewWriterLevel(&zipped, gzip.BestSpeed) // as internal/httpbatch compresses
 				b.ReportAllocs()
 				for i := 0; i < b.N; i++ {
-					plain = s.encodeBody(plain, bt, sentAt)
+					plain = s.frame.Encode(plain, bt, sentAt)
 					if gz {
-						zipped = s.compress(zipped, plain)
+						zipped.Reset()
+						zw.Reset(&zipped)
+						_, _ = zw.Write(plain)
+						_ = zw.Close()
 					}
 				}
 				b.ReportMetric(float64(len(plain))/250, "B/event")
-				wire := len(plain)
+				sent := len(plain)
 				if gz {
-					wire = len(zipped)
+					sent = zipped.Len()
 				}
-				b.ReportMetric(float64(wire)/250, "wire-B/event")
+				b.ReportMetric(float64(sent)/250, "wire-B/event")
 			})
 		}
 	}
@@ -319,30 +331,10 @@ func BenchmarkEncodeBody(b *testing.B) {
 func BenchmarkEncodeEvent(b *testing.B) {
 	m := Track{MessageID: "0b9a3c7e-4d8f-4f6a-9c1e-2b3d4f5a6b7c", UserID: "user-1234", Event: "Order Completed", Timestamp: time.Now(),
 		Properties: Properties{"plan": "pro", "amount": 42, "currency": "EUR", "trial": false}}
-	e := &encoder{}
+	e := &wire.Encoder{}
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
-		e.buf = e.buf[:0]
+		e.Reset(nil, libraryJSON)
 		_ = m.appendJSON(e)
-	}
-}
-
-func BenchmarkParseRetryAfter(b *testing.B) {
-	now := time.Now()
-	for _, v := range []string{"120", "Wed, 21 Oct 2037 07:28:00 GMT", "Wed, 21 Oct 2037 07:28:00 -0000", "soon"} {
-		b.Run(v, func(b *testing.B) {
-			b.ReportAllocs()
-			for i := 0; i < b.N; i++ {
-				_, _ = parseRetryAfter(v, now)
-			}
-		})
-	}
-}
-
-func BenchmarkClassifyResponse(b *testing.B) {
-	now := time.Now()
-	b.ReportAllocs()
-	for i := 0; i < b.N; i++ {
-		_ = classifyResponse(200+i%400, "3", i%3 == 0, now)
 	}
 }

@@ -7,7 +7,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/relaykit/analytics-go/internal/httpbatch"
 	"github.com/relaykit/analytics-go/internal/shared"
+	"github.com/relaykit/analytics-go/internal/wire"
 	"go.uber.org/zap"
 )
 
@@ -62,7 +64,7 @@ const (
 	// batchEventBytes is where a batch closes: its events (with separators
 	// and, with WithEventSentAt, their sentAt) and the shared.Compat
 	// BodyFields never exceed it, leaving room in MaxBatchBytes for the
-	// rest of the frame (bodyFrame).
+	// rest of the frame (wire.Frame.Size).
 	batchEventBytes = 475_000
 )
 
@@ -144,11 +146,15 @@ type settings struct {
 	oauth         *oauthSettings // WithOAuth; nil: Basic auth with the write key
 	disk          *diskSettings  // WithDiskBuffer; nil in memory mode
 	capacitySet   bool           // WithQueueCapacity was given (else durable mode takes DefaultDurableQueueCapacity)
+	rampOff       bool           // tests only: R67's ramp is over from the start (batches close at the configured sizes)
 	errs          []error
 
 	defaultContext, defaultProperties map[string]any    // see defaults.go
 	attemptHook                       func(AttemptInfo) // WithAttemptHook
 	compat                            shared.Compat     // the segmentv3 seams (see the init below)
+	// newTransport, when set (by tests), makes each consumer's transport
+	// instead of the HTTP one (request.go).
+	newTransport func() transport
 }
 
 // Option configures a Client in New. Options are applied in order; a later
@@ -511,21 +517,7 @@ func checkEndpoint(endpoint string) error {
 
 // redactURL hides the user information (user name and password) of a URL,
 // parseable or not, so that it can be logged.
-func redactURL(raw string) string {
-	start := 0
-	if i := strings.Index(raw, "://"); i >= 0 {
-		start = i + len("://")
-	}
-	end := len(raw)
-	if i := strings.IndexAny(raw[start:], "/?#"); i >= 0 {
-		end = start + i
-	}
-	at := strings.LastIndex(raw[start:end], "@")
-	if at < 0 {
-		return raw
-	}
-	return raw[:start] + "xxxxx" + raw[start+at:]
-}
+func redactURL(raw string) string { return httpbatch.RedactURL(raw) }
 
 // Seams for the segment v3 compatibility package (segmentv3) and for
 // analyticstest's Fake. They are reached through internal/shared, so they
@@ -535,7 +527,7 @@ func redactURL(raw string) string {
 func init() {
 	shared.CompatOption = func(c shared.Compat) any {
 		return optionFunc(func(s *settings) {
-			if len(c.BodyFields) > 0 && !validBodyFields(c.BodyFields) {
+			if len(c.BodyFields) > 0 && !wire.ValidExtra(c.BodyFields, maxBodyFields) {
 				s.errs = append(s.errs, invalid("BodyFields", len(c.BodyFields), "must be at most shared.MaxBodyFields bytes of JSON object members"))
 			}
 			s.compat = c

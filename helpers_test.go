@@ -14,10 +14,12 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/relaykit/analytics-go/internal/wire"
 )
 
 func TestMain(m *testing.M) {
-	poisonFreedSlabs = true
+	wire.PoisonFreedSlabs = true
 	goleak.VerifyTestMain(m)
 }
 
@@ -237,6 +239,14 @@ func newTestClient(t testing.TB, api http.RoundTripper, cb *callbacks, opts ...O
 		all = append(all, cb.options()...)
 	}
 	all = append(all, opts...)
+	ramp := false
+	for _, o := range opts {
+		_, on := o.(withRamp)
+		ramp = ramp || on
+	}
+	if !ramp {
+		all = append(all, rampOff{}) // tests of other rules send full batches from the first request (R67's ramp over)
+	}
 	c, err := New("wk", all...)
 	if err != nil {
 		t.Fatalf("New: %v", err)
@@ -301,4 +311,11 @@ func window(k int) (time.Duration, time.Duration) {
 		d = 60 * time.Second
 	}
 	return time.Duration(float64(d) * 0.9), time.Duration(float64(d) * 1.1)
+}
+
+// frameSize is the frame of the bodies of a client with this write key and
+// these shared.Compat BodyFields.
+func frameSize(writeKey string, bodyFields []byte) int {
+	f := wire.NewFrame(writeKey, bodyFields, false)
+	return f.Size()
 }
