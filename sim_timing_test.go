@@ -545,13 +545,22 @@ func (t *simTiming) messageIDs(outs map[string][]simOutcome) {
 // earlyBatches checks R46 the other way round: a batch of fewer than
 // FlushAt events does not close before FlushInterval has passed since its
 // first event, unless a Flush or Close asked for it, its bytes filled it
-// (R45), or the client may have held QueueCapacity events. Worlds with
+// (R45, R67's ramp), or the client may have held QueueCapacity events. Worlds with
 // learned limits (R67, R68) and durable mode (R70) cut and read back
 // batches by other rules and are left out.
 func (t *simTiming) earlyBatches(accepted map[string]time.Time) {
 	sc := t.run.sc
 	if sc.Durable || sc.BodyLimit > 0 || sc.EventLimit > 0 || len(accepted) >= sc.QueueCapacity {
 		return
+	}
+	// Before any 413, R67's ramp cuts a batch over 8 KiB (or twice the
+	// largest body accepted) before it is sent: its pieces are smaller than
+	// FlushAt, and sent at once. A world whose bodies all stay under 4 KiB
+	// had no such cut.
+	for _, a := range t.atts {
+		if a.size > 4<<10 {
+			return
+		}
 	}
 	for ai, a := range t.atts {
 		if a.header.Get("X-Retry-Count") != "" || len(a.ids) >= sc.FlushAt || a.size > 400000 {
