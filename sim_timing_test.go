@@ -555,10 +555,10 @@ func (t *simTiming) earlyBatches(accepted map[string]time.Time) {
 	}
 	// Before any 413, R67's ramp cuts a batch over 8 KiB (or twice the
 	// largest body accepted) before it is sent: its pieces are smaller than
-	// FlushAt, and sent at once. A world whose bodies all stay under 4 KiB
-	// had no such cut.
-	for _, a := range t.atts {
-		if a.size > 4<<10 {
+	// FlushAt, and sent at once. A world whose batches cannot reach 8 KiB
+	// has no such cut.
+	for _, p := range sc.Producers {
+		if sc.FlushAt*(p.Size+400) > 8<<10 {
 			return
 		}
 	}
