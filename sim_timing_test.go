@@ -13,6 +13,7 @@ import (
 	"maps"
 	"math/bits"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -555,12 +556,24 @@ func (t *simTiming) earlyBatches(accepted map[string]time.Time) {
 	}
 	// Before any 413, R67's ramp cuts a batch over 8 KiB (or twice the
 	// largest body accepted) before it is sent: its pieces are smaller than
-	// FlushAt, and sent at once. A world whose batches cannot reach 8 KiB
-	// has no such cut.
-	for _, p := range sc.Producers {
-		if sc.FlushAt*(p.Size+400) > 8<<10 {
-			return
+	// FlushAt, and sent at once. A batch whose events, with every event
+	// still queued beside them, weigh under 8 KiB was not cut.
+	queued := func(at time.Time) int {
+		n := 0
+		for id, acc := range accepted {
+			if acc.After(at) {
+				continue
+			}
+			if list := t.seenIDs[id]; len(list) > 0 && t.atts[list[0]].at.Before(at) {
+				continue
+			}
+			p, i := simProducerOf(id)
+			pi, _ := strconv.Atoi(p)
+			if pi < len(sc.Producers) && sc.Producers[pi].Size > 0 {
+				n += (i*7919+pi*104729)%(sc.Producers[pi].Size+1) + 400 // the producer's padding, and the rest of the event
+			}
 		}
+		return n
 	}
 	for ai, a := range t.atts {
 		if a.header.Get("X-Retry-Count") != "" || len(a.ids) >= sc.FlushAt || a.size > 400000 {
@@ -582,7 +595,7 @@ func (t *simTiming) earlyBatches(accepted map[string]time.Time) {
 		for _, f := range t.run.flushes {
 			asked = asked || !f.at.Before(first.Add(-simTolerance)) && !f.at.After(a.at.Add(simTolerance))
 		}
-		if asked {
+		if asked || queued(a.at) > 8<<10 {
 			continue
 		}
 		t.bad("R46", "attempt %d: a batch of %d events (FlushAt %d) sent %v after its first event (FlushInterval %v), no Flush or Close asked for it",
