@@ -261,6 +261,60 @@ func (c *Client) EnqueueContext(ctx context.Context, m Message) error {
 	return c.dispatch(ctx, true, m)
 }
 
+// dispatch validates, stamps and enqueues m; with wait it waits for room.
+// prepareMessage calls prepare on the concrete type, so m (and its maps)
+// does not escape: a message built in the call stays on the caller's stack.
+func (c *Client) dispatch(ctx context.Context, wait bool, m Message) error {
+	sc := getScratch()
+	sc.enc.defaults = c.defaults
+	sc.enc.noLibrary = c.noLibrary
+	copied, err := prepareMessage(sc, m, c.keepMessages)
+	err = c.settle.stats.count(c.accept(ctx, wait, sc, copied, err))
+	if err != nil {
+		c.settle.rejected() // the aggregated warning (R51)
+	}
+	return err
+}
+
+// accept ends an enqueue call (R2, R43, R45): prepare has encoded the event
+// into sc's encoder (or failed with err), and withCopy is the message for
+// callbacks (nil unless OnSuccess is registered: see settler.messages). The JSON is copied into a slab and
+// the event queued; without wait it never blocks, with wait it waits for
+// room until ctx ends. An enqueue call after Close returns ErrClosed,
+// whatever the event.
+func (c *Client) accept(ctx context.Context, wait bool, sc *scratch, withCopy Message, err error) error {
+	e := &sc.enc
+	if c.closed.Load() {
+		err = ErrClosed
+	}
+	if err == nil {
+		err = checkSize(e.buf)
+	}
+	if err == nil && c.disk != nil {
+		err = c.disk.accept(ctx, wait, sc, withCopy, &c.closed) // spill.go
+		putScratch(sc)
+		return err
+	}
+	var ev event
+	if err == nil {
+		ev.data, ev.slab = sc.copyToSlab(e.buf)
+	}
+	putScratch(sc)
+	if err != nil {
+		return err
+	}
+	ev.msg = withCopy
+	if wait {
+		err = c.q.pushWait(ctx, &ev)
+	} else {
+		err = c.q.pushEvent(&ev)
+	}
+	if err != nil {
+		releaseEvents([]event{ev}) // not accepted: the queue holds no copy
+	}
+	return err
+}
+
 // Flush closes the open batch and waits until every event accepted before
 // the call has its disposition (delivered, failed or handed back), including
 // events that wait in the waiting room for a retry or a rate-limit
@@ -612,37 +666,9 @@ func (c *Client) fastClose() {
 // Stats returns a snapshot of the client's counters. Safe for concurrent
 // use; the counters are read one by one, not as one atomic snapshot.
 func (c *Client) Stats() Stats {
-	s := &c.settle.stats
-	st := Stats{
-		Delivered:         s.delivered.Load(),
-		Failed:            s.failed.Load(),
-		HandedBack:        s.handedBack.Load(),
-		RejectedQueueFull: s.dropped.Load(),
-		Pending:           int64(c.q.outstanding()),
-		Batches:           s.batches.Load(),
-		Requests:          s.requests.Load(),
-		Retries:           s.retries.Load(),
-		RateLimited:       s.rateLimited.Load(),
-		RateLimitWaits:    s.rateLimitWaits.Load(),
-		Isolations:        s.isolations.Load(),
-		BodyLimit:         int64(c.limits.bodyLimit()),
-		EventLimit:        int64(c.limits.eventLimit()),
-
-		Accepted:         s.accepted.Load(),
-		RejectedInvalid:  s.rejectedInvalid.Load(),
-		RejectedTooLarge: s.rejectedTooLarge.Load(),
-		RejectedClosed:   s.rejectedClosed.Load(),
-		RejectedDisk:     s.rejectedDisk.Load(),
-	}
-	if d := c.disk; d != nil {
-		st.Replayed = d.replayed.Load()
-		st.Spilled, st.OnDisk = d.spilled.Load(), d.onDiskNow.Load()
-		if !c.closed.Load() {
-			st.DiskBytes = d.log.Size()
-		}
-		ds := d.log.Stats()
-		st.DiskTorn, st.DiskCorrupt, st.DiskLost = int64(ds.Torn), int64(ds.Corrupt)+d.skipped.Load(), d.lost.Load()
-		st.DiskMissing, st.DiskSkipped = int64(ds.Missing), int64(ds.Skipped)
+	st := c.settle.stats.snapshot(int64(c.q.outstanding()), c.limits.bodyLimit(), c.limits.eventLimit())
+	if c.disk != nil {
+		c.disk.addStats(&st, !c.closed.Load())
 	}
 	return st
 }

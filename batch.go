@@ -7,6 +7,17 @@ import (
 	"github.com/relaykit/analytics-go/internal/diskbuf"
 )
 
+const (
+	// MaxBatchBytes is the largest request body the client sends (R45).
+	MaxBatchBytes = 500_000
+
+	// batchEventBytes is where a batch closes: its events (with separators
+	// and, with WithEventSentAt, their sentAt) and the shared.Compat
+	// BodyFields never exceed it, leaving room in MaxBatchBytes for the
+	// rest of the frame (bodyFrame).
+	batchEventBytes = 475_000
+)
+
 // event is one accepted message with its JSON, encoded once at enqueue.
 type event struct {
 	msg   Message // the copy callbacks receive; nil unless OnSuccess is registered (see settler.messages)

@@ -10,6 +10,10 @@ import (
 // The counted-retry policy (docs/delivery.md R26–R28): the budgets a
 // consumer checks, and the delay before each counted retry.
 
+// MaxRetryAfter caps a server's Retry-After: longer values are waited as
+// this long (R24).
+const MaxRetryAfter = 300 * time.Second
+
 // retryPolicy is what the consumer needs of the configuration.
 type retryPolicy struct {
 	maxRetries      int

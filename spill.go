@@ -60,6 +60,19 @@ type durable struct {
 	readerDone, readFailing bool
 }
 
+// addStats fills the durable-mode fields of st; open is false after
+// Close, when the disk buffer's files take nothing.
+func (d *durable) addStats(st *Stats, open bool) {
+	st.Replayed = d.replayed.Load()
+	st.Spilled, st.OnDisk = d.spilled.Load(), d.onDiskNow.Load()
+	if open {
+		st.DiskBytes = d.log.Size()
+	}
+	ds := d.log.Stats()
+	st.DiskTorn, st.DiskCorrupt, st.DiskLost = int64(ds.Torn), int64(ds.Corrupt)+d.skipped.Load(), d.lost.Load()
+	st.DiskMissing, st.DiskSkipped = int64(ds.Missing), int64(ds.Skipped)
+}
+
 // openDurable opens d.dir and returns the buffer and the number of events
 // an earlier client left there (read back later: see startReader).
 func openDurable(d *diskSettings, zlog *zap.Logger) (*durable, int, error) {
