@@ -78,7 +78,7 @@ type Client struct {
 	disk         *durable       // WithDiskBuffer; nil in memory mode
 	limits       *learnedLimits // the server's limits learned from its refusals (R67, R68)
 	noLibrary    bool           // shared.Compat NoLibrary (compat.go)
-	stopRetries  *atomic.Bool   // shared.Compat FastClose: set when Close begins; nil without
+	noRetries    *atomic.Bool   // shared.Compat FastClose: set when Close begins; nil without
 	// successName and errorName: what Close's error calls OnSuccess and
 	// OnError (shared.Compat; blockedCallbacks).
 	successName, errorName string
@@ -144,12 +144,12 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 		cfg:  cfg,
 		log:  s.logger,
 		q:    q,
-		room: newWaitingRoom(s.MaxRateLimitDuration, places),
+		room: newWaitingRoom(s.MaxRateLimitDuration, places, s.backoff),
 		settle: &settler{
 			log:       s.logger,
 			onSuccess: s.onSuccess,
 			onError:   s.onError,
-			ledger:    q,
+			q:         q,
 			capacity:  s.QueueCapacity,
 		},
 		keepMessages: s.onSuccess != nil,
@@ -161,7 +161,7 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 		limits:       lim,
 	}
 	if s.compat.FastClose {
-		c.stopRetries = new(atomic.Bool)
+		c.noRetries = new(atomic.Bool)
 	}
 	c.room.unpaced = s.compat.NoRetryAllowance
 	if s.disk != nil {
@@ -173,7 +173,7 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 		c.settle.disk = c.disk
 		c.settle.keep.Store(true) // hand-backs stay on disk, without a callback
 		q.onTake = c.disk.beforeBatch
-		c.disk.startReader(q, c.settle, replay) // read back, before any new event, as memory allows
+		c.disk.startReader(q, places, &c.settle.stats, replay) // read back, before any new event, as memory allows
 	}
 	c.interrupt, c.cancelInterrupt = context.WithCancel(context.Background())
 	httpClient := newHTTPClient(&s)
@@ -186,7 +186,7 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 		httpTimeout:     s.HTTPTimeout,
 		delay:           s.backoff.delay,
 		retryDelay:      s.compat.RetryDelay,
-		stop:            c.stopRetries,
+		noRetry:         c.noRetries,
 	}
 	if s.oauth != nil {
 		c.auth = newTokenSource(s.oauth, httpClient, &s, c.room)
@@ -584,7 +584,7 @@ func (c *Client) awaitOutcomes(ctx context.Context, done <-chan struct{}) (inter
 // ErrShutdownInterrupted, as without a disk buffer.
 func (c *Client) interruptDelivery() {
 	if c.disk != nil && c.settle.keep.Load() {
-		if err := c.disk.log.Sync(); err != nil {
+		if err := c.disk.diskLog.Sync(); err != nil {
 			c.settle.keep.Store(false)
 			c.log.Error("disk buffer: the last sync before the hand-back failed; handed-back events get OnError",
 				zap.String("dir", c.disk.dir), zap.Error(err))
@@ -649,8 +649,8 @@ var closedTimeChan = func() <-chan time.Time {
 // calls it before it closes the queue, so the open batch, which the queue
 // then lets go at once, fails instead of waiting for a retry.
 func (c *Client) endRetries() {
-	if c.stopRetries != nil {
-		c.stopRetries.Store(true)
+	if c.noRetries != nil {
+		c.noRetries.Store(true)
 	}
 }
 
@@ -658,7 +658,7 @@ func (c *Client) endRetries() {
 // FastClose; endRetries came first): every batch waiting in the room is
 // due now and the gate opens.
 func (c *Client) fastClose() {
-	if c.stopRetries != nil {
+	if c.noRetries != nil {
 		c.room.dueNow(time.Now())
 	}
 }

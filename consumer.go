@@ -36,7 +36,7 @@ func (w *consumer) run() {
 	w.timer = time.NewTimer(time.Hour)
 	w.timer.Stop()
 	for {
-		b := w.next()
+		b := w.nextBatch()
 		if b == nil {
 			return
 		}
@@ -45,16 +45,16 @@ func (w *consumer) run() {
 	}
 }
 
-// next returns the next batch to send, or nil when the client shuts down.
+// nextBatch returns the next batch to send, or nil when the client shuts down.
 // Nothing is taken while the rate-limit gate is shut (R32, R64); then
 // batches that are due go before new ones, oldest due first (R47).
-func (w *consumer) next() *batch {
+func (w *consumer) nextBatch() *batch {
 	for {
 		if w.interrupt.Err() != nil {
 			return nil
 		}
 		now := time.Now()
-		t := w.room.next(now, w.probe)
+		t := w.room.takeTurn(now, w.probe)
 		w.settle.rateLimitExceeded(t.gate.expired)
 		if t.gate.probe != nil {
 			w.probe = t.gate.probe
@@ -200,7 +200,7 @@ func (w *consumer) attempt(b *batch) {
 	if r.cause == nil && v.outcome != outcomeRateLimited {
 		w.endEpisode() // R34: a response without a usable Retry-After; a transport error is no response
 	}
-	if (v.outcome == outcomeRetry || v.outcome == outcomeRateLimited) && w.policy.stopped() {
+	if (v.outcome == outcomeRetry || v.outcome == outcomeRateLimited) && w.policy.retriesEnded() {
 		w.settle.failed(b, b.lastErr) // Close waits for no retry (shared.Compat FastClose)
 		return
 	}

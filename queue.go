@@ -525,14 +525,26 @@ func (c *capacity) taken(n int, force bool) {
 	c.release(n, force)
 }
 
-// room is how many more events blocked producers may queue now: free
+// grantable is how many more events blocked producers may queue now: free
 // places, and no more than the high-water mark allows.
-func (c *capacity) room() int64 {
+func (c *capacity) grantable() int64 {
 	if c.bytesAtMark.Load() {
 		return 0
 	}
 	return min(c.limit-c.held.Load(), c.highWater-c.untaken.Load())
 }
+
+// free is how many places are free (negative when more are held than the
+// limit, after a batch came back to the waiting room).
+func (c *capacity) free() int64 { return c.limit - c.held.Load() }
+
+// batch is the number of free places that wakes blocked producers: a
+// batch's worth (see wakeWhen).
+func (c *capacity) batch() int64 { return c.wakeAt }
+
+// onRelease has ch signalled whenever places are released (durable mode:
+// the disk reader waits on it). Call it before the capacity is shared.
+func (c *capacity) onRelease(ch chan struct{}) { c.freed = ch }
 
 // full reports whether the limit is reached.
 func (c *capacity) full() bool { return c.held.Load() >= c.limit }
@@ -560,7 +572,7 @@ func (c *capacity) release(n int, force bool) {
 
 // grantLocked gives free places to the line, oldest first, one each.
 func (c *capacity) grantLocked(force bool) {
-	if len(c.line) == 0 || (!force && c.room() < c.wakeAt) {
+	if len(c.line) == 0 || (!force && c.grantable() < c.wakeAt) {
 		return
 	}
 	n := 0
@@ -589,7 +601,7 @@ func (c *capacity) await() *blockedProducer {
 	// Room released since the caller found none goes to the line now,
 	// oldest first: a producer sleeps only while the client is full or
 	// the queue at its high-water mark.
-	c.grantLocked(c.room() > 0)
+	c.grantLocked(c.grantable() > 0)
 	c.mu.Unlock()
 	return w
 }

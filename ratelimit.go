@@ -3,7 +3,6 @@ package analytics
 import (
 	"cmp"
 	"container/heap"
-	"math/bits"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -37,91 +36,22 @@ type waitingRoom struct {
 	outage outage // what the logs say about a failing server (outage.go)
 	// release is the first counted wait d_1 (R62), and releaseMax its
 	// longest draw: after a 2xx, no counted retry stays due later than
-	// that. Both come from the backoff policy (retry.go), which no option
-	// changes.
+	// that. Both come from the client's backoff policy (retry.go).
 	release, releaseMax time.Duration
 	latest              time.Time // no counted retry waits later than this (zero: none waits)
 
 	ready chan struct{} // cap 1: a batch arrived, or more are due
 }
 
-func newWaitingRoom(limit time.Duration, places *capacity) *waitingRoom {
+// newWaitingRoom returns the room of a client whose rate-limit episodes
+// last at most limit (MaxRateLimitDuration), whose held events count in
+// places, and whose counted retries wait as backoff says (R26, R62).
+func newWaitingRoom(limit time.Duration, places *capacity, backoff backoffPolicy) *waitingRoom {
 	return &waitingRoom{
 		limit: limit, places: places, ready: make(chan struct{}, 1),
 		health:  health{tokens: allowanceBurst},
-		release: defaultBackoffPolicy().InitialInterval, releaseMax: defaultBackoffPolicy().longestFirst(),
+		release: backoff.InitialInterval, releaseMax: backoff.longestFirst(),
 	}
-}
-
-// The retry allowance (R63), a token bucket in the manner of gRPC's retry
-// throttling and the AWS SDKs' retry quota: a consumer takes a token when
-// it takes a due counted retry; tokens come back at allowanceRate per second and
-// allowancePerSuccess for every 2xx, up to allowanceBurst. A counted retry
-// that finds no token waits for one; first attempts and rate-limited
-// retries never do. While at most three in four answers are counted
-// failures, 2xx answers refill it faster than retries drain it, and it never
-// binds; against a server that fails more, retries leave at the rate 2xx
-// answers pay for, and during an outage at allowanceRate.
-const (
-	allowanceRate       = 5.0 // tokens per second without any 2xx
-	allowancePerSuccess = 3.0
-	allowanceBurst      = 20.0
-)
-
-// health is the server's health as every consumer saw it (R60): guarded by
-// the waiting room's mutex.
-type health struct {
-	epoch    uint64    // 2xx answers so far: a batch's streak restarts when it moves (R61)
-	tokens   float64   // retry allowance (R63)
-	refilled time.Time // when tokens were last brought up to date
-	recent   uint16    // the last answers, newest in bit 0: 1 a counted failure, 0 a 2xx
-	seen     int       // how many bits of recent hold an answer (at most recentAnswers)
-}
-
-// recentAnswers is how many of the latest answers decide whether the server
-// is healthy (R63).
-const recentAnswers = 16
-
-// note records one answer: a counted failure or a 2xx.
-func (h *health) note(failure bool) {
-	h.recent <<= 1
-	if failure {
-		h.recent |= 1
-	}
-	h.seen = min(h.seen+1, recentAnswers)
-}
-
-// healthy reports whether the recent answers show a healthy server (R63)
-// to a batch whose streak is streak: at least four of them, and fewer than
-// half counted failures, once the batch's own failures since the last 2xx
-// are left out (they are the newest answers, after the last 2xx, so at most
-// the failures that follow it).
-func (h *health) healthy(streak int) bool {
-	known := h.recent & uint16(1<<h.seen-1)
-	failures := bits.OnesCount16(known)
-	own := min(streak, bits.TrailingZeros16(^known)) // the failures after the last 2xx, at most
-	seen, failures := h.seen-own, failures-own
-	return seen >= 4 && 2*failures < seen
-}
-
-// refill brings the allowance up to now.
-func (h *health) refill(now time.Time) {
-	if !h.refilled.IsZero() && now.After(h.refilled) {
-		h.tokens = min(allowanceBurst, h.tokens+now.Sub(h.refilled).Seconds()*allowanceRate)
-	}
-	if now.After(h.refilled) {
-		h.refilled = now
-	}
-}
-
-// allowed reports how long a counted retry must wait for a token at now
-// (0: one is there).
-func (h *health) allowed(now time.Time) time.Duration {
-	h.refill(now)
-	if h.tokens >= 1 {
-		return 0
-	}
-	return time.Duration((1 - h.tokens) / allowanceRate * float64(time.Second))
 }
 
 // failed records a counted failure of b (R60) at now. It returns the k of
@@ -137,8 +67,8 @@ func (r *waitingRoom) failed(b *batch, now time.Time) (k int, healthy bool, line
 	defer r.mu.Unlock()
 	r.health.note(true)
 	line = r.outage.failure(&r.health, now, b.lastErr)
-	if b.epoch != r.health.epoch {
-		b.epoch, b.streak = r.health.epoch, 0
+	if b.streakFrom != r.health.successes {
+		b.streakFrom, b.streak = r.health.successes, 0
 	}
 	b.streak++
 	return b.streak, r.health.healthy(b.streak), line
@@ -166,11 +96,8 @@ func healthyWait() time.Duration {
 // about a failing server that answers again (outage.go), if any.
 func (r *waitingRoom) succeeded(now time.Time) (line outageLine) {
 	r.mu.Lock()
-	r.health.epoch++
-	r.health.note(false)
+	r.health.succeeded(now)
 	line = r.outage.success(&r.health, now, r.retryingLocked)
-	r.health.refill(now)
-	r.health.tokens = min(allowanceBurst, r.health.tokens+allowancePerSuccess)
 	horizon := now.Add(r.releaseMax)
 	if r.latest.IsZero() || !r.latest.After(horizon) {
 		r.mu.Unlock()
@@ -383,12 +310,12 @@ type turn struct {
 	gate gateState
 }
 
-// next passes the gate and takes the batch that has been due longest
+// takeTurn passes the gate and takes the batch that has been due longest
 // (R47). With the gate shut it returns the gate; otherwise, with nothing
 // due, how long until the next batch is due, or -1 when none waits. A
 // counted retry also needs a token of the retry allowance (R63); without
 // one it stays, and wait says when the token comes.
-func (r *waitingRoom) next(now time.Time, held chan struct{}) (t turn) {
+func (r *waitingRoom) takeTurn(now time.Time, held chan struct{}) (t turn) {
 	r.mu.Lock()
 	t.gate = r.gateLocked(now, held)
 	if t.gate.shut() {
@@ -407,12 +334,11 @@ func (r *waitingRoom) next(now time.Time, held chan struct{}) (t turn) {
 		return t
 	}
 	if first.b.retryPending && !first.b.rateLimited && !r.unpaced {
-		if wait := r.health.allowed(now); wait > 0 {
+		if wait := r.health.takeToken(now); wait > 0 {
 			r.mu.Unlock()
 			t.wait = wait
 			return t
 		}
-		r.health.tokens--
 	}
 	t.b = heap.Pop(&r.waiting).(waiter).b
 	more := len(r.waiting) > 0
@@ -530,7 +456,7 @@ func (r *waitingRoom) notAnswering(deadline time.Time) (yes bool, changed <-chan
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	o := &r.outage
-	if o.on && r.health.seen > 0 && r.health.recent&1 == 1 {
+	if o.on && r.health.lastFailed() {
 		return true, nil, o.lastErr
 	}
 	if !r.deadline.IsZero() && !deadline.IsZero() && !r.deadline.Before(deadline) {

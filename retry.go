@@ -25,7 +25,7 @@ type retryPolicy struct {
 	// prefers.
 	delay      func(k int) time.Duration
 	retryDelay func(k int) time.Duration // shared.Compat RetryDelay; nil: delay
-	stop       *atomic.Bool              // shared.Compat FastClose: no retry once set; nil without
+	noRetry    *atomic.Bool              // shared.Compat FastClose: no retry once set; nil without
 }
 
 // spent is the counted-retry budget b has used up at now, or nil while b
@@ -55,10 +55,10 @@ func (p retryPolicy) compatDelay(k int) (d time.Duration, ok bool) {
 	return min(max(p.retryDelay(k), 0), p.maxBackoffTotal), true
 }
 
-// stopped reports whether retries have ended: Close began on a client
-// with shared.Compat FastClose.
-func (p retryPolicy) stopped() bool {
-	return p.stop != nil && p.stop.Load()
+// retriesEnded reports whether retries have ended: Close began on a
+// client with shared.Compat FastClose.
+func (p retryPolicy) retriesEnded() bool {
+	return p.noRetry != nil && p.noRetry.Load()
 }
 
 // backoffPolicy describes the counted-retry delays (R26). The client uses

@@ -19,7 +19,7 @@ type settler struct {
 	log       *zap.Logger
 	onSuccess func([]Message)
 	onError   func(error, []Message)
-	ledger    *queue   // discharged once per event
+	q         *queue   // its ledger is discharged once per event
 	capacity  int      // QueueCapacity, for the drop warning
 	disk      *durable // durable mode: outcomes are acknowledged on disk; nil otherwise
 	// keep: durable mode, and the disk buffer holds what is handed back
@@ -127,7 +127,7 @@ func (s *settler) settle(evs []event, err error, logFailure bool) {
 	if s.disk != nil && !handedBack {
 		s.disk.ack(evs)
 	}
-	s.ledger.discharge(evs)
+	s.q.discharge(evs)
 	releaseEvents(evs)
 }
 
