@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/relaykit/analytics-go/internal/shared"
 )
 
 // Tracker is the set of methods code that sends events needs: the enqueue
@@ -128,50 +130,34 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	places := newCapacity(s.QueueCapacity)
-	places.wakeWhen(s.FlushAt) // blocked producers wake when a batch fits
-	places.markAt(highWaterMark(s.Consumers, s.FlushAt))
-	q := newQueue(places, s.FlushAt, batchEventBytes-len(s.compat.BodyFields), s.FlushInterval)
-	q.perEvent = eventSentAtExtra(s.EventSentAt) // R45 with R59
-	q.markBytesFor(markBatches(s.Consumers))     // R71, in bytes
-	lim := newLearnedLimits(q, bodyFrame(appendString(nil, s.writeKey), s.compat.BodyFields))
-	cfg := s.Config
-	cfg.Endpoint = redactURL(cfg.Endpoint) // safe in every form: %+v, JSON, slog, zap.Any
-	if s.disk != nil {
-		cfg.DiskBuffer, cfg.DiskLimit = s.disk.dir, s.disk.limit
-	}
+	q, places := newQueueWith(s.queueOptions())
 	c := &Client{
-		cfg:  cfg,
-		log:  s.logger,
-		q:    q,
-		room: newWaitingRoom(s.MaxRateLimitDuration, places, s.backoff),
-		settle: &settler{
-			log:       s.logger,
-			onSuccess: s.onSuccess,
-			onError:   s.onError,
-			q:         q,
-			capacity:  s.QueueCapacity,
-		},
+		cfg:          s.effective(),
+		log:          s.logger,
+		q:            q,
+		room:         newWaitingRoom(s.MaxRateLimitDuration, places, s.backoff),
+		settle:       newSettler(s.logger, s.onSuccess, s.onError, q, s.QueueCapacity),
 		keepMessages: s.onSuccess != nil,
 		defaults:     newDefaults(s.defaultContext, s.defaultProperties),
 		noLibrary:    s.compat.NoLibrary,
 		successName:  cmp.Or(s.compat.SuccessName, "OnSuccess"),
 		errorName:    cmp.Or(s.compat.ErrorName, "OnError"),
 		retire:       make(chan struct{}),
-		limits:       lim,
+		limits:       newLearnedLimits(q, s.bodyFrame()),
 	}
 	if s.compat.FastClose {
 		c.noRetries = new(atomic.Bool)
 	}
-	c.room.unpaced = s.compat.NoRetryAllowance
+	if s.compat.NoRetryAllowance {
+		c.room.unpace()
+	}
 	if s.disk != nil {
 		var replay int
 		c.disk, replay, err = openDurable(s.disk, s.logger)
 		if err != nil {
 			return nil, err
 		}
-		c.settle.disk = c.disk
-		c.settle.keep.Store(true) // hand-backs stay on disk, without a callback
+		c.settle.keepOnDisk(c.disk) // hand-backs stay on disk, without a callback
 		q.onTake = c.disk.beforeBatch
 		c.disk.startReader(q, places, &c.settle.stats, replay) // read back, before any new event, as memory allows
 	}
@@ -180,25 +166,18 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 	if !s.CustomHTTPClient {
 		c.ownTransport, _ = httpClient.Transport.(*http.Transport)
 	}
-	policy := retryPolicy{
-		maxRetries:      s.MaxRetries,
-		maxBackoffTotal: s.MaxTotalBackoffDuration,
-		httpTimeout:     s.HTTPTimeout,
-		delay:           s.backoff.delay,
-		retryDelay:      s.compat.RetryDelay,
-		noRetry:         c.noRetries,
-	}
 	if s.oauth != nil {
 		c.auth = newTokenSource(s.oauth, httpClient, &s, c.room)
 		c.auth.start(c.interrupt) // fetches the first token now (R50)
 	}
-	c.outage = &outageLog{log: c.log, q: c.q, room: c.room, disk: c.disk, stats: &c.settle.stats}
+	c.outage = newOutageLog(c.log, q, c.room, c.disk, &c.settle.stats)
+	policy := s.retryPolicy(c.noRetries)
 	c.consumers.Add(s.Consumers)
 	for i := 0; i < s.Consumers; i++ {
 		w := &consumer{
-			q: c.q, room: c.room, transport: newSender(&s, httpClient), auth: c.auth, settle: c.settle,
+			q: q, room: c.room, transport: newSender(&s, httpClient), auth: c.auth, settle: c.settle,
 			policy: policy, log: c.log, interrupt: c.interrupt, retire: c.retire, onAttempt: s.attemptHook,
-			limits: lim, outage: c.outage,
+			limits: c.limits, outage: c.outage,
 		}
 		go func() {
 			defer c.consumers.Done()
@@ -416,7 +395,7 @@ func (c *Client) Close(ctx context.Context) error {
 	retireOnce := sync.OnceFunc(func() { close(c.retire) })
 	defer retireOnce()
 	defer c.cancelInterrupt()
-	handedBefore := c.settle.stats.handedBack.Load()
+	handedBefore := c.settle.handedBack()
 
 	// graceEnd is when Close must stop waiting for consumers and
 	// callbacks; it is set once delivery is interrupted.
@@ -488,7 +467,7 @@ func (c *Client) Close(ctx context.Context) error {
 	for _, b := range waiting {
 		handing += len(b.events)
 	}
-	n := c.settle.stats.handedBack.Load() - handedBefore + int64(handing)
+	n := c.settle.handedBack() - handedBefore + int64(handing)
 	if handing > 0 {
 		err := c.settle.handBackError(nil, 0) // never sent
 		settled := make(chan struct{})
@@ -513,11 +492,11 @@ func (c *Client) Close(ctx context.Context) error {
 		}
 	}
 	c.settle.reportDrops(true)
-	keep := c.disk != nil && c.settle.keep.Load()
+	keep := c.settle.keepsOnDisk()
 	kept := ""
 	if n > 0 { // one line for every hand-back (R51)
 		if keep {
-			c.disk.onDiskNow.Store(n) // Stats.OnDisk: what Close left on disk
+			c.disk.leftOnDisk(n) // Stats.OnDisk
 			kept = " (kept in the disk buffer)"
 			fields := []zap.Field{zap.Int64("events", n), zap.Bool("kept", true), zap.String("dir", c.disk.dir)}
 			if stopped != nil {
@@ -583,9 +562,9 @@ func (c *Client) awaitOutcomes(ctx context.Context, done <-chan struct{}) (inter
 // a callback only if that sync succeeds; otherwise they get OnError with
 // ErrShutdownInterrupted, as without a disk buffer.
 func (c *Client) interruptDelivery() {
-	if c.disk != nil && c.settle.keep.Load() {
-		if err := c.disk.diskLog.Sync(); err != nil {
-			c.settle.keep.Store(false)
+	if c.settle.keepsOnDisk() {
+		if err := c.disk.syncNow(); err != nil {
+			c.settle.stopKeeping()
 			c.log.Error("disk buffer: the last sync before the hand-back failed; handed-back events get OnError",
 				zap.String("dir", c.disk.dir), zap.Error(err))
 		}
@@ -611,11 +590,12 @@ func (e *notAnsweringError) Unwrap() error { return e.last }
 // was still reporting: "; OnSuccess did not return (2 event(s) still
 // being reported)". Empty when every callback had returned by then.
 func (c *Client) blockedCallbacks() string {
+	inSuccess, inError := c.settle.inCallbacks()
 	var parts []string
 	for _, cb := range []struct {
 		name string
 		n    int64
-	}{{c.successName, c.settle.inSuccess.Load()}, {c.errorName, c.settle.inError.Load()}} {
+	}{{c.successName, inSuccess}, {c.errorName, inError}} {
 		if cb.n > 0 {
 			parts = append(parts, fmt.Sprintf("%s did not return (%d event(s) still being reported)", cb.name, cb.n))
 		}
@@ -671,4 +651,24 @@ func (c *Client) Stats() Stats {
 		c.disk.addStats(&st, !c.closed.Load())
 	}
 	return st
+}
+
+// Seams for the segment v3 compatibility package (segmentv3) and for
+// analyticstest's Fake. They are reached through internal/shared, so they
+// are not part of this package's API; see shared.Compat for what each
+// compatibility setting does.
+
+func init() {
+	shared.CompatOption = func(c shared.Compat) any {
+		return optionFunc(func(s *settings) {
+			if len(c.BodyFields) > 0 && !validBodyFields(c.BodyFields) {
+				s.errs = append(s.errs, invalid("BodyFields", len(c.BodyFields), "must be at most shared.MaxBodyFields bytes of JSON object members"))
+			}
+			s.compat = c
+		})
+	}
+	shared.MaxBodyFields = maxBodyFields
+	shared.CheckEndpoint = func(endpoint string) error {
+		return checkEndpoint(strings.TrimSuffix(endpoint, "/"))
+	}
 }

@@ -54,6 +54,32 @@ type batch struct {
 	cut          bool       // a half of a split (R3, R66, R68): sent as it is
 }
 
+// scheduleRetry counts a counted retry of b (R27), which it waits for in
+// the waiting room: its next attempt is a retry (see sendingRetry), and it
+// no longer waits for a Retry-After deadline.
+func (b *batch) scheduleRetry() {
+	b.retries++
+	b.retryPending = true
+	b.rateLimited = false
+}
+
+// sendingRetry reports whether the attempt about to be sent is a counted
+// retry (to be counted in Stats.Retries), once.
+func (b *batch) sendingRetry() bool {
+	retry := b.retryPending
+	b.retryPending = false
+	return retry
+}
+
+// budgetError is the error of b's events when a budget ends its retries
+// (R27, R28, R35): reason, with b's last error and attempts.
+func (b *batch) budgetError(reason error) *DeliveryError {
+	return &DeliveryError{Reason: reason, Last: b.lastErr, Attempts: b.attempts}
+}
+
+// awaitsToken picks the batches that wait for an OAuth token (R50).
+func awaitsToken(b *batch) bool { return b.awaitToken }
+
 // batches keeps ended batches for reuse: a batch's event slice (FlushAt
 // entries) would otherwise be allocated again for every batch.
 var batches sync.Pool

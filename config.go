@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/relaykit/analytics-go/internal/shared"
@@ -499,6 +500,54 @@ func resolve(writeKey string, opts []Option) (settings, error) {
 	return s, nil
 }
 
+// effective is the Config a client reports (Client.Config): Endpoint
+// without its user information, safe in every form (%+v, JSON, slog,
+// zap.Any), and the disk buffer's directory and limit.
+func (s *settings) effective() Config {
+	cfg := s.Config
+	cfg.Endpoint = redactURL(cfg.Endpoint)
+	if s.disk != nil {
+		cfg.DiskBuffer, cfg.DiskLimit = s.disk.dir, s.disk.limit
+	}
+	return cfg
+}
+
+// queueOptions derives the queue's shape from the settings: batches close
+// at FlushAt events or when their events (with the per-event sentAt of
+// WithEventSentAt, R59) reach what the body leaves them beside the
+// compatibility BodyFields (R45); the high-water mark is a batch for every
+// other consumer (R71).
+func (s *settings) queueOptions() queueOptions {
+	return queueOptions{
+		capacity:    s.QueueCapacity,
+		flushAt:     s.FlushAt,
+		interval:    s.FlushInterval,
+		maxBytes:    batchEventBytes - len(s.compat.BodyFields),
+		perEvent:    eventSentAtExtra(s.EventSentAt),
+		markBatches: markBatches(s.Consumers),
+	}
+}
+
+// bodyFrame is the size of a request body without its events: the frame
+// around them with the write key and the compatibility BodyFields.
+func (s *settings) bodyFrame() int {
+	return bodyFrame(appendString(nil, s.writeKey), s.compat.BodyFields)
+}
+
+// retryPolicy is the counted-retry policy of the settings (R26–R28);
+// noRetry, set when Close begins, ends retries (shared.Compat FastClose;
+// nil without).
+func (s *settings) retryPolicy(noRetry *atomic.Bool) retryPolicy {
+	return retryPolicy{
+		maxRetries:      s.MaxRetries,
+		maxBackoffTotal: s.MaxTotalBackoffDuration,
+		httpTimeout:     s.HTTPTimeout,
+		delay:           s.backoff.delay,
+		retryDelay:      s.compat.RetryDelay,
+		noRetry:         noRetry,
+	}
+}
+
 // Upper bounds of the numeric options. New returns a *ConfigError naming
 // the field for a value above its bound (or below its lower bound, given
 // with each option). The bounds keep every size and count the client
@@ -609,24 +658,4 @@ func checkEndpoint(endpoint string) error {
 			", without a query or fragment")
 	}
 	return nil
-}
-
-// Seams for the segment v3 compatibility package (segmentv3) and for
-// analyticstest's Fake. They are reached through internal/shared, so they
-// are not part of this package's API; see shared.Compat for what each
-// compatibility setting does.
-
-func init() {
-	shared.CompatOption = func(c shared.Compat) any {
-		return optionFunc(func(s *settings) {
-			if len(c.BodyFields) > 0 && !validBodyFields(c.BodyFields) {
-				s.errs = append(s.errs, invalid("BodyFields", len(c.BodyFields), "must be at most shared.MaxBodyFields bytes of JSON object members"))
-			}
-			s.compat = c
-		})
-	}
-	shared.MaxBodyFields = maxBodyFields
-	shared.CheckEndpoint = func(endpoint string) error {
-		return checkEndpoint(strings.TrimSuffix(endpoint, "/"))
-	}
 }

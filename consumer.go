@@ -166,8 +166,7 @@ func (w *consumer) attempt(b *batch) {
 		w.settle.handBack(b, nil)
 		return
 	}
-	if b.retryPending {
-		b.retryPending = false
+	if b.sendingRetry() {
 		w.settle.stats.retries.Add(1)
 	}
 	ctx, cancel := context.WithTimeout(w.interrupt, w.policy.httpTimeout) // R8
@@ -261,7 +260,7 @@ func (w *consumer) passGate(b *batch) bool {
 // when a budget is spent.
 func (w *consumer) retryLater(b *batch, now time.Time) {
 	if spent := w.policy.spent(b, now); spent != nil {
-		w.settle.failed(b, &DeliveryError{Reason: spent, Last: b.lastErr, Attempts: b.attempts})
+		w.settle.failed(b, b.budgetError(spent))
 		return
 	}
 	k, healthy, line := w.room.failed(b, now) // R61: k restarts at every 2xx to anyone
@@ -273,9 +272,7 @@ func (w *consumer) retryLater(b *batch, now time.Time) {
 	default:
 		d = w.policy.delay(k)
 	}
-	b.retries++
-	b.retryPending = true
-	b.rateLimited = false
+	b.scheduleRetry()
 	w.park(b, now.Add(d))
 	w.outage.write(line) // R51
 }
@@ -313,9 +310,6 @@ func (w *consumer) authorize(b *batch) bool {
 	}
 	return false
 }
-
-// awaitsToken picks the batches that wait for an OAuth token (R50).
-func awaitsToken(b *batch) bool { return b.awaitToken }
 
 func (w *consumer) endEpisode() {
 	if w.room.endEpisode() {

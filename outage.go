@@ -23,6 +23,11 @@ type outageLog struct {
 	before atomic.Int64 // Stats.Delivered at the first warning of a run
 }
 
+func newOutageLog(log *zap.Logger, q *queue, room *waitingRoom, disk *durable, stats *counters) *outageLog {
+	return &outageLog{log: log, q: q, room: room, disk: disk, stats: stats}
+}
+
+// write writes l, if it says anything; o may be nil (no lines).
 func (o *outageLog) write(l outageLine) {
 	if l.kind == outageNone || o == nil {
 		return

@@ -57,6 +57,29 @@ func newQueue(places *capacity, flushAt, maxBytes int, interval time.Duration) *
 	}
 }
 
+// queueOptions are what a client's queue and its capacity are made of;
+// config.go derives them from the settings.
+type queueOptions struct {
+	capacity    int           // QueueCapacity (R43)
+	flushAt     int           // events that close a batch
+	interval    time.Duration // FlushInterval (R46)
+	maxBytes    int           // bytes of events that close a batch (R45)
+	perEvent    int           // bytes the body adds to each event beyond its JSON (R59)
+	markBatches int           // the high-water mark, in full batches (R71)
+}
+
+// newQueueWith returns the queue o describes and its capacity, which the
+// waiting room shares (R43, R44).
+func newQueueWith(o queueOptions) (*queue, *capacity) {
+	places := newCapacity(o.capacity)
+	places.wakeWhen(o.flushAt) // blocked producers wake when a batch fits
+	places.markAt(o.markBatches * o.flushAt)
+	q := newQueue(places, o.flushAt, o.maxBytes, o.interval)
+	q.perEvent = o.perEvent
+	q.markBytesFor(o.markBatches) // R71, in bytes
+	return q, places
+}
+
 const maxInt = int(^uint(0) >> 1)
 
 func signal(ch chan struct{}) {
@@ -469,12 +492,9 @@ func (c *capacity) markAt(events int) {
 	c.highWater = max(c.wakeAt, min(int64(events), c.limit))
 }
 
-// highWaterMark is the high-water mark R71 sets for a client with these
-// settings: a batch ready for every other consumer, and at least one
-// (bounded by QueueCapacity, see markAt).
-func highWaterMark(consumers, flushAt int) int { return markBatches(consumers) * flushAt }
-
-// markBatches is how many full batches the high-water mark holds (R71).
+// markBatches is how many full batches the high-water mark holds (R71): a
+// batch ready for every other consumer, and at least one (bounded by
+// QueueCapacity, see markAt).
 func markBatches(consumers int) int { return max(1, consumers/2) }
 
 // reserve takes one place if the limit allows it, for an event that is

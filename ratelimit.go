@@ -54,6 +54,11 @@ func newWaitingRoom(limit time.Duration, places *capacity, backoff backoffPolicy
 	}
 }
 
+// unpace lets counted retries leave without a token of the retry
+// allowance (shared.Compat NoRetryAllowance). Call it before the room is
+// shared.
+func (r *waitingRoom) unpace() { r.unpaced = true }
+
 // failed records a counted failure of b (R60) at now. It returns the k of
 // its next wait, b's counted failures since the server last answered 2xx to
 // any batch (R61); whether the recent answers other than b's own streak show

@@ -39,6 +39,37 @@ type settler struct {
 	reportPending atomic.Bool
 }
 
+// newSettler returns the settler of a client: its callbacks (nil when not
+// registered), the queue whose ledger it discharges, and QueueCapacity for
+// the rejection warning.
+func newSettler(log *zap.Logger, onSuccess func([]Message), onError func(error, []Message), q *queue, capacity int) *settler {
+	return &settler{log: log, onSuccess: onSuccess, onError: onError, q: q, capacity: capacity}
+}
+
+// keepOnDisk puts the settler in durable mode: outcomes are acknowledged
+// on disk, and hand-backs stay there without a callback (see keep).
+func (s *settler) keepOnDisk(d *durable) {
+	s.disk = d
+	s.keep.Store(true)
+}
+
+// keepsOnDisk reports whether hand-backs stay on disk without a callback
+// (durable mode, until Close's last sync fails).
+func (s *settler) keepsOnDisk() bool { return s.disk != nil && s.keep.Load() }
+
+// stopKeeping gives hand-backs their OnError again: the disk buffer could
+// not be synced, so they are not safe on disk.
+func (s *settler) stopKeeping() { s.keep.Store(false) }
+
+// handedBack is the number of events handed back so far (Stats.HandedBack).
+func (s *settler) handedBack() int64 { return s.stats.handedBack.Load() }
+
+// inCallbacks is the number of events whose OnSuccess, and whose OnError,
+// call has not returned yet.
+func (s *settler) inCallbacks() (success, failure int64) {
+	return s.inSuccess.Load(), s.inError.Load()
+}
+
 // delivered, failed and handBack end a batch: the caller must not use b
 // after.
 
@@ -83,7 +114,7 @@ func (s *settler) rateLimitExceeded(bs []*batch) {
 	}
 	s.log.Debug("rate-limit episode exceeded MaxRateLimitDuration")
 	for _, b := range bs {
-		s.failed(b, &DeliveryError{Reason: ErrRateLimitDurationExceeded, Last: b.lastErr, Attempts: b.attempts})
+		s.failed(b, b.budgetError(ErrRateLimitDurationExceeded))
 	}
 }
 

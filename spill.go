@@ -128,6 +128,13 @@ func (d *durable) sync() {
 	}
 }
 
+// syncNow syncs the disk buffer (Close, before the hand-back).
+func (d *durable) syncNow() error { return d.diskLog.Sync() }
+
+// leftOnDisk records n, the events Close kept on disk for the next client
+// (Stats.OnDisk after Close).
+func (d *durable) leftOnDisk(n int64) { d.onDiskNow.Store(n) }
+
 // beforeBatch runs when a consumer takes a batch (FsyncEveryBatch).
 func (d *durable) beforeBatch() {
 	if d.policy == FsyncEveryBatch {
