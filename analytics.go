@@ -79,7 +79,7 @@ type Client struct {
 	defaults     *defaults      // WithDefaultContext, WithDefaultProperties; nil without them
 	disk         *durable       // WithDiskBuffer; nil in memory mode
 	limits       *learnedLimits // the server's limits learned from its refusals (R67, R68)
-	noLibrary    bool           // shared.Compat NoLibrary (compat.go)
+	noLibrary    bool           // shared.Compat NoLibrary: no context.library stamp
 	noRetries    *atomic.Bool   // shared.Compat FastClose: set when Close begins; nil without
 	// successName and errorName: what Close's error calls OnSuccess and
 	// OnError (shared.Compat; blockedCallbacks).
@@ -102,10 +102,12 @@ type Client struct {
 //
 //  1. durable.mu (spill.go): an enqueue call's append and its
 //     memory-or-disk decision, and the disk reader's hand-over. While it
-//     is held, the append takes diskbuf's Log.mu and the push queue.mu.
+//     is held, the append takes diskbuf's Log.mu, and the push (or the
+//     reader's load) queue.mu.
 //  2. learnedLimits.mu (learned.go): applyLocked hands the new budget to
 //     queue.setBudget, which takes queue.mu, then capacity.mu.
-//  3. waitingRoom.mu (ratelimit.go): holding and releasing places takes
+//  3. waitingRoom.mu (ratelimit.go), which also guards the server's health
+//     and outage state (health.go): holding and releasing places takes
 //     capacity.mu.
 //  4. queue.mu (queue.go): close wakes the blocked producers under it
 //     (capacity.mu).
@@ -115,7 +117,7 @@ type Client struct {
 //
 // The rest are leaves, under which no other mutex is taken:
 // tokenSource.mu (oauth.go), settler.dropMu (settle.go; the rejection
-// warning is logged under it) and isolation.mu (cut.go). The
+// warning is logged under it) and isolation.mu (batch.go). The
 // durable.beforeBatch hook of queue.take (queue.onTake) runs after
 // queue.mu is released.
 

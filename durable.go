@@ -10,8 +10,9 @@ import (
 // log until it has its outcome, so a process that dies — kill -9, panic,
 // OOM kill — loses nothing it had accepted: the next client that opens the
 // same directory sends those events first, with the same messageIds. The
-// log lives in internal/diskbuf. This file holds the options and errors of
-// durable mode; spill.go joins the log to the pipeline: accept appends
+// log lives in internal/diskbuf. This file holds the disk options and the
+// errors of durable mode (WithDiskBuffer is with the client's options, in
+// config.go); spill.go joins the log to the pipeline: accept appends
 // before the event is queued, the settler acknowledges every delivered or
 // failed event (handed-back ones stay on disk), New replays, and Close
 // closes. docs/durable.md describes the design.

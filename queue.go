@@ -576,6 +576,21 @@ func (c *capacity) queued() bool { return c.waiters.Load() > 0 }
 // room was accepted long ago and is never refused (R44).
 func (c *capacity) hold(n int) { c.held.Add(int64(n)) }
 
+// holdBatch holds the places of b, a batch that enters the waiting room
+// (see hold).
+func (c *capacity) holdBatch(b *batch) { c.hold(len(b.events)) }
+
+// releaseBatches returns the places of bs, batches that leave the waiting
+// room (to be sent, failed or handed back), and wakes the line whatever
+// their number (R43).
+func (c *capacity) releaseBatches(bs ...*batch) {
+	n := 0
+	for _, b := range bs {
+		n += len(b.events)
+	}
+	c.release(n, true)
+}
+
 // release returns n places and wakes the line if wakeAt places are free or
 // force is set (the queue runs dry: any room is useful).
 func (c *capacity) release(n int, force bool) {

@@ -33,7 +33,7 @@ type waitingRoom struct {
 	unpaced  bool          // shared.Compat NoRetryAllowance: counted retries take no token
 
 	health health
-	outage outage // what the logs say about a failing server (outage.go)
+	outage outage // what the logs say about a failing server (health.go)
 	// release is the first counted wait d_1 (R62), and releaseMax its
 	// longest draw: after a 2xx, no counted retry stays due later than
 	// that. Both come from the client's backoff policy (retry.go).
@@ -66,7 +66,7 @@ func (r *waitingRoom) unpace() { r.unpaced = true }
 // that a batch unlucky on its own against a server that answers most
 // requests does not sit out growing waits, even when it is the last one left
 // and its own failures fill the window; and the line due about a failing
-// server (outage.go), if any.
+// server (written by outageLog), if any.
 func (r *waitingRoom) failed(b *batch, now time.Time) (k int, healthy bool, line outageLine) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -98,7 +98,7 @@ func healthyWait() time.Duration {
 // instant (the window is cut in equal slices, one per batch, and each
 // batch draws its instant inside its slice). Rate-limited batches and
 // batches waiting for a token keep their instant. It returns the line due
-// about a failing server that answers again (outage.go), if any.
+// about a failing server that answers again (written by outageLog), if any.
 func (r *waitingRoom) succeeded(now time.Time) (line outageLine) {
 	r.mu.Lock()
 	r.health.succeeded(now)
@@ -177,7 +177,7 @@ func (r *waitingRoom) putLocked(b *batch, due time.Time) bool {
 	if b.retryPending && due.After(r.latest) {
 		r.latest = due
 	}
-	r.places.hold(len(b.events)) // never refused, but counted (R44)
+	r.places.holdBatch(b) // never refused, but counted (R44)
 	return true
 }
 
@@ -223,7 +223,7 @@ func (r *waitingRoom) expireLocked() []*batch {
 	for _, w := range r.waiting {
 		if w.b.rateLimited {
 			expired = append(expired, w.b)
-			r.places.release(len(w.b.events), true)
+			r.places.releaseBatches(w.b)
 		} else {
 			kept = append(kept, w)
 		}
@@ -348,7 +348,7 @@ func (r *waitingRoom) takeTurn(now time.Time, held chan struct{}) (t turn) {
 	t.b = heap.Pop(&r.waiting).(waiter).b
 	more := len(r.waiting) > 0
 	r.mu.Unlock()
-	r.places.release(len(t.b.events), true)
+	r.places.releaseBatches(t.b)
 	if more {
 		signal(r.ready) // another consumer takes or times the next one
 	}
@@ -363,13 +363,11 @@ func (r *waitingRoom) close() []*batch {
 	defer r.mu.Unlock()
 	r.closed = true
 	bs := make([]*batch, 0, len(r.waiting))
-	n := 0
 	for _, w := range r.waiting {
 		bs = append(bs, w.b)
-		n += len(w.b.events)
 	}
 	r.waiting = nil
-	r.places.release(n, true) // handed back: no longer held (R43)
+	r.places.releaseBatches(bs...) // handed back: no longer held (R43)
 	return bs
 }
 
