@@ -40,7 +40,7 @@ func (o *outageLog) write(l outageLine) {
 	}
 	fields = append(fields, zap.Int("heldEvents", o.q.outstanding()), zap.Int("waitingBatches", batches))
 	if o.disk != nil {
-		fields = append(fields, zap.Int64("onDisk", o.disk.onDiskNow.Load()))
+		fields = append(fields, zap.Int64("onDisk", o.disk.heldOnDisk()))
 	}
 	delivered := zap.Int64("deliveredEvents", o.stats.delivered.Load()-o.before.Load()) // since the first warning
 	switch l.kind {

@@ -128,6 +128,10 @@ func (d *durable) sync() {
 	}
 }
 
+// heldOnDisk is the number of accepted events on disk only now
+// (Stats.OnDisk).
+func (d *durable) heldOnDisk() int64 { return d.onDiskNow.Load() }
+
 // syncNow syncs the disk buffer (Close, before the hand-back).
 func (d *durable) syncNow() error { return d.diskLog.Sync() }
 
