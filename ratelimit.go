@@ -47,10 +47,11 @@ type waitingRoom struct {
 // last at most limit (MaxRateLimitDuration), whose held events count in
 // places, and whose counted retries wait as backoff says (R26, R62).
 func newWaitingRoom(limit time.Duration, places *capacity, backoff backoffPolicy) *waitingRoom {
+	release, releaseMax := backoff.firstWait()
 	return &waitingRoom{
 		limit: limit, places: places, ready: make(chan struct{}, 1),
 		health:  health{tokens: allowanceBurst},
-		release: backoff.InitialInterval, releaseMax: backoff.longestFirst(),
+		release: release, releaseMax: releaseMax,
 	}
 }
 

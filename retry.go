@@ -104,10 +104,12 @@ func (p backoffPolicy) delay(k int) time.Duration {
 // maxBackoffSteps bounds the NextBackOff calls delay makes.
 const maxBackoffSteps = 64
 
-// longestFirst is the longest first delay (k = 1) delay draws:
-// InitialInterval × (1 + RandomizationFactor).
-func (p backoffPolicy) longestFirst() time.Duration {
-	return p.InitialInterval + time.Duration(float64(p.InitialInterval)*p.RandomizationFactor)
+// firstWait is the first counted wait d_1 (k = 1, R26), which the release
+// of the backlog after a 2xx uses (R62): its nominal value
+// (InitialInterval) and the longest draw delay makes of it
+// (InitialInterval × (1 + RandomizationFactor)).
+func (p backoffPolicy) firstWait() (nominal, longest time.Duration) {
+	return p.InitialInterval, p.InitialInterval + time.Duration(float64(p.InitialInterval)*p.RandomizationFactor)
 }
 
 // newBackoff is the ExponentialBackOff of p: counted-retry delays and the
