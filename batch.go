@@ -71,6 +71,22 @@ func (b *batch) sendingRetry() bool {
 	return retry
 }
 
+// countedRetry reports whether b waits for a counted retry (its backoff),
+// not for a Retry-After deadline.
+func (b *batch) countedRetry() bool { return b.retryPending && !b.rateLimited }
+
+// countFailure counts a counted failure of b and returns its streak, the
+// counted failures since the server last answered 2xx to any batch (R61):
+// successes is the server's 2xx count now, and a streak that began at
+// another count starts again.
+func (b *batch) countFailure(successes uint64) int {
+	if b.streakFrom != successes {
+		b.streakFrom, b.streak = successes, 0
+	}
+	b.streak++
+	return b.streak
+}
+
 // budgetError is the error of b's events when a budget ends its retries
 // (R27, R28, R35): reason, with b's last error and attempts.
 func (b *batch) budgetError(reason error) *DeliveryError {

@@ -73,11 +73,8 @@ func (r *waitingRoom) failed(b *batch, now time.Time) (k int, healthy bool, line
 	defer r.mu.Unlock()
 	r.health.note(true)
 	line = r.outage.failure(&r.health, now, b.lastErr)
-	if b.streakFrom != r.health.successes {
-		b.streakFrom, b.streak = r.health.successes, 0
-	}
-	b.streak++
-	return b.streak, r.health.healthy(b.streak), line
+	k = b.countFailure(r.health.successes)
+	return k, r.health.healthy(k), line
 }
 
 // Bounds of the healthy wait d_h (R61): a counted retry against a healthy
@@ -111,7 +108,7 @@ func (r *waitingRoom) succeeded(now time.Time) (line outageLine) {
 	}
 	late := make([]int, 0, len(r.waiting))
 	for i, w := range r.waiting {
-		if w.b.retryPending && !w.b.rateLimited && !w.b.awaitToken && w.due.After(horizon) {
+		if w.b.countedRetry() && !w.b.awaitToken && w.due.After(horizon) {
 			late = append(late, i)
 		}
 	}
@@ -339,7 +336,7 @@ func (r *waitingRoom) takeTurn(now time.Time, held chan struct{}) (t turn) {
 		t.wait = first.due.Sub(now)
 		return t
 	}
-	if first.b.retryPending && !first.b.rateLimited && !r.unpaced {
+	if first.b.countedRetry() && !r.unpaced {
 		if wait := r.health.takeToken(now); wait > 0 {
 			r.mu.Unlock()
 			t.wait = wait
@@ -424,7 +421,7 @@ func (r *waitingRoom) dueNow(now time.Time) {
 // is held.
 func (r *waitingRoom) retryingLocked() bool {
 	for _, w := range r.waiting {
-		if w.b.retryPending && !w.b.rateLimited {
+		if w.b.countedRetry() {
 			return true
 		}
 	}
