@@ -176,8 +176,14 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 	policy := s.retryPolicy(c.noRetries)
 	c.consumers.Add(s.Consumers)
 	for i := 0; i < s.Consumers; i++ {
+		var t transport
+		if s.newTransport != nil {
+			t = s.newTransport()
+		} else {
+			t = newSender(&s, httpClient)
+		}
 		w := &consumer{
-			q: q, room: c.room, transport: newSender(&s, httpClient), auth: c.auth, settle: c.settle,
+			q: q, room: c.room, transport: t, auth: c.auth, settle: c.settle,
 			policy: policy, log: c.log, interrupt: c.interrupt, retire: c.retire, onAttempt: s.attemptHook,
 			limits: c.limits, outage: c.outage,
 		}

@@ -117,6 +117,9 @@ type settings struct {
 	defaultContext, defaultProperties map[string]any    // see defaults.go
 	attemptHook                       func(AttemptInfo) // WithAttemptHook
 	compat                            shared.Compat     // the segmentv3 seams (see the init below)
+	// newTransport, when set (by tests), makes each consumer's transport
+	// instead of the HTTP one (request.go).
+	newTransport func() transport
 }
 
 // Option configures a Client in New. Options are applied in order; a later

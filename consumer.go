@@ -149,8 +149,8 @@ func (w *consumer) sleep(d time.Duration, retire <-chan struct{}) bool {
 	return true
 }
 
-// attempt makes one attempt of b and passes b on as classify decides,
-// unless adapt takes it over to cut it (R66–R68). The
+// attempt makes one attempt of b through the transport and passes b on as
+// the verdict says, unless adapt takes it over to cut it (R66–R68). The
 // loop around attempts is ours.
 func (w *consumer) attempt(b *batch) {
 	defer w.endProbe() // the probe's answer is in (or it was never sent): R64
@@ -185,47 +185,40 @@ func (w *consumer) attempt(b *batch) {
 		return
 	}
 
-	v := r.verdict
-	if v.dropToken {
+	if r.reauth {
 		w.auth.invalidate(w.bearer) // R50
 	}
-	if v.outcome != outcomeDelivered {
-		b.lastErr = v.err
+	if r.outcome != outcomeDelivered {
+		b.lastErr = r.err
 	}
-	if v.retryAfter == retryAfterInvalid {
-		w.log.Warn("unparseable Retry-After; retrying with backoff", // R25, R51
-			zap.String("retryAfter", r.retryAfter), zap.Int("status", r.status))
+	if r.cause == nil && r.outcome != outcomeRateLimited {
+		w.endEpisode() // R34: an answer without a wait; a transport error is no answer
 	}
-	if r.cause == nil && v.outcome != outcomeRateLimited {
-		w.endEpisode() // R34: a response without a usable Retry-After; a transport error is no response
-	}
-	if (v.outcome == outcomeRetry || v.outcome == outcomeRateLimited) && w.policy.retriesEnded() {
+	if r.retried() && w.policy.retriesEnded() {
 		w.settle.failed(b, b.lastErr) // Close waits for no retry (shared.Compat FastClose)
 		return
 	}
 	if w.adapt(b, r, now) { // R66–R68: learned limits, cuts (cut.go)
 		return
 	}
-	switch v.outcome {
+	switch r.outcome {
 	case outcomeDelivered:
 		line := w.room.succeeded(now) // R60–R62
 		w.settle.delivered(b)
 		w.outage.write(line) // R51
-	case outcomeSplit:
-		w.split(b, now) // R3: the server stored nothing
-	case outcomeFailed:
+	case outcomeFailed, outcomeTooLarge, outcomePoison: // one event, or a batch adapt did not take over
 		w.settle.failed(b, b.lastErr)
 	case outcomeRateLimited:
 		w.settle.stats.rateLimited.Add(1)
-		opened, expired, ok := w.room.rateLimited(now, v.delay, b) // R31, R32
+		opened, expired, ok := w.room.rateLimited(now, r.delay, b) // R31, R32
 		if opened {
-			w.log.Debug("rate-limit episode started", zap.Int("status", r.status), durationField("retryAfter", v.delay)) // R51
+			w.log.Debug("rate-limit episode started", zap.Int("status", r.status), durationField("retryAfter", r.delay)) // R51
 		}
 		w.settle.rateLimitExceeded(expired) // R35; b among them
 		if !ok {
 			w.settle.handBack(b, nil)
 		}
-	case outcomeRetry:
+	case outcomeRetry, outcomeTooMany:
 		w.retryLater(b, now)
 	}
 }
@@ -384,23 +377,22 @@ func (w *consumer) endTry() {
 	}
 }
 
-// adapt looks at the answer to b's attempt before it is settled: it
-// learns from 2xx and 413 answers (R67, R68), and it takes over b when a
-// 400 (R66) or repeated 429s without a usable Retry-After (R68) call for
-// halving, reporting true; then b is in the waiting room as two halves,
-// or failed.
+// adapt looks at the verdict on b's attempt before it is settled: it
+// learns from deliveries and bodies too large (R67, R68), and it takes
+// over a batch of several events when a refusal as a whole (R66) or
+// repeated "too many" answers without a wait (R68) call for halving,
+// reporting true; then b is in the waiting room as two halves, or failed.
 func (w *consumer) adapt(b *batch, r attemptResult, now time.Time) bool {
 	if r.cause != nil {
 		return false
 	}
-	v := r.verdict
 	size := r.plainSize // the body as encoded, before gzip
 	estimate := w.limits.size(b, w.q.perEvent)
 	switch {
-	case v.outcome == outcomeDelivered:
+	case r.outcome == outcomeDelivered:
 		b.tooMany = 0
 		w.limits.accepted(size, estimate, len(b.events))
-	case r.refused == refusedBody && len(b.events) > 1:
+	case r.outcome == outcomeTooLarge && len(b.events) > 1:
 		b.tooMany = 0
 		w.limits.refusedSize(size, estimate, len(b.events), w.search)
 		w.log.Debug("batch answered 413: sending it again in pieces of the size being tried", // R51
@@ -411,13 +403,13 @@ func (w *consumer) adapt(b *batch, r attemptResult, now time.Time) bool {
 		b.rateLimited, b.retryPending, b.cut = false, false, false
 		w.park(b, now)
 		return true
-	case r.refused == refusedBody:
+	case r.outcome == outcomeTooLarge:
 		b.tooMany = 0
 		w.limits.refusedOne(estimate) // a single event: it fails (R3)
-	case r.refused == refusedBatch && v.outcome == outcomeFailed && len(b.events) > 1:
+	case r.outcome == outcomePoison && len(b.events) > 1:
 		b.tooMany = 0
 		return w.isolate(b, now)
-	case r.refused == refusedTooMany && v.outcome == outcomeRetry:
+	case r.outcome == outcomeTooMany:
 		b.tooMany++
 		if b.tooMany >= 2 && len(b.events) > 1 && w.limits.tooManyForServer(len(b.events)) {
 			return w.splitTooMany(b, now)

@@ -12,26 +12,10 @@ import (
 //
 //   - before sending, a batch over a learned limit (learned.go) is cut down
 //     to it, and the rest waits its turn (fit);
-//   - after a 413 without learned limits, the batch is halved (split);
 //   - after a 400 on a batch of several events, it is halved until the
 //     events at fault are alone, within a request budget (isolate, R66);
 //   - after a second 429 in a row without a usable Retry-After, it is
 //     halved as its counted retry (splitTooMany, R68).
-
-// split answers a 413 (R3): b is cut into two halves, same events in the
-// same order, and both go to the waiting room due at once, the first half
-// first, so that one oversized event fails alone instead of taking the
-// others with it. Nothing was stored, so nothing is duplicated. Each half
-// carries on b's attempt count (X-Retry-Count continues, R7) and its
-// budgets: counted retries used, first counted failure, failure streak. A
-// split is not a retry of its own and spends no budget.
-func (w *consumer) split(b *batch, now time.Time) {
-	if !b.cut { // one line per refused batch, not one per piece (R51)
-		w.log.Debug("batch answered 413: halving it until its events fit", zap.Int("events", len(b.events)))
-	}
-	b.rateLimited, b.retryPending = false, false
-	w.splitAndPark(b, now, now)
-}
 
 // fit cuts b down before it is sent while it is over a learned limit (R67,
 // R68): b keeps its first events, as many as the limit allows, and the

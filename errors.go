@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+
+	"github.com/relaykit/analytics-go/internal/httpbatch"
 )
 
 // Errors returned synchronously by the enqueue calls (Track, Identify, …),
@@ -233,18 +235,4 @@ func invalid(field string, value any, reason string) *ConfigError {
 
 // redactURL hides the user information (user name and password) of a URL,
 // parseable or not, so that it can be logged.
-func redactURL(raw string) string {
-	start := 0
-	if i := strings.Index(raw, "://"); i >= 0 {
-		start = i + len("://")
-	}
-	end := len(raw)
-	if i := strings.IndexAny(raw[start:], "/?#"); i >= 0 {
-		end = start + i
-	}
-	at := strings.LastIndex(raw[start:end], "@")
-	if at < 0 {
-		return raw
-	}
-	return raw[:start] + "xxxxx" + raw[start+at:]
-}
+func redactURL(raw string) string { return httpbatch.RedactURL(raw) }

@@ -3,8 +3,6 @@ package analytics
 import (
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"runtime/debug"
 	"strings"
 
@@ -15,9 +13,11 @@ import (
 // The client's goroutines run code the user supplied: the http.Client and
 // its RoundTripper, the response bodies they return, OnSuccess, OnError,
 // the attempt hook and the logger. None of it may take the process down
-// (docs/delivery.md R56, R16). This file is the one place that contains
-// it: contain is deferred by every function that calls into such code,
-// and guardCore wraps the logger.
+// (docs/delivery.md R56, R16). This file is the one place of this package
+// that contains it: contain is deferred by every function that calls into
+// such code, and guardCore wraps the logger. The HTTP client and its
+// bodies are called only from internal/httpbatch, whose guard.go does the
+// same for them.
 
 // panicError is the error an attempt ends with when user code panicked:
 // what panicked, and the panic's value.
@@ -50,53 +50,9 @@ func contain(log *zap.Logger, what string, err *error) {
 
 // Names for contain, as they read in logs and errors.
 const (
-	userHTTP      = "the HTTP client"
-	userBodyRead  = "reading the response body"
-	userBodyClose = "closing the response body"
-	userCallback  = "analytics callback"
-	userHook      = "analytics attempt hook"
+	userCallback = "analytics callback"
+	userHook     = "analytics attempt hook"
 )
-
-// do is client.Do with a panic of the transport (or of anything else the
-// http.Client calls) as the attempt's error; a nil response without an
-// error is an error too. (A nil Body needs nothing here: http.Client.Do
-// replaces it with an empty one, or fails when a length was announced.)
-func do(client *http.Client, req *http.Request, log *zap.Logger) (resp *http.Response, err error) {
-	defer contain(log, userHTTP, &err)
-	resp, err = client.Do(req)
-	if err == nil && resp == nil {
-		err = errNilResponse
-	}
-	return resp, err
-}
-
-// errNilResponse is the error of an attempt whose http.Client returned
-// neither a response nor an error.
-var errNilResponse = errors.New("the HTTP client returned a nil *http.Response with a nil error")
-
-// readBody reads up to n bytes of body. A read error ends the read (what
-// was read is kept); a panic ends it too and reports ok false, after which
-// the body is read no more.
-func readBody(body io.Reader, n int64, log *zap.Logger) (raw []byte, ok bool) {
-	defer contain(log, userBodyRead, nil)
-	raw, _ = io.ReadAll(io.LimitReader(body, n))
-	return raw, true
-}
-
-// drain reads and discards up to n bytes of body, so that the connection
-// can be reused; false when the body panicked.
-func drain(body io.Reader, n int64, log *zap.Logger) (ok bool) {
-	defer contain(log, userBodyRead, nil)
-	_, _ = io.Copy(io.Discard, io.LimitReader(body, n))
-	return true
-}
-
-// closeBody closes body; an error or a panic changes nothing of the
-// attempt (the panic is logged).
-func closeBody(body io.Closer, log *zap.Logger) {
-	defer contain(log, userBodyClose, nil)
-	_ = body.Close()
-}
 
 // guardLogger returns l with every call into its core contained: a logger
 // that panics loses that line, and nothing else. The client logs only

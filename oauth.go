@@ -2,21 +2,18 @@ package analytics
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/rsa"
-	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/relaykit/analytics-go/internal/httpbatch"
 	"go.uber.org/zap"
 )
 
@@ -37,22 +34,6 @@ const (
 	// DefaultOAuthScope is the scope requested when OAuthConfig.Scope is
 	// empty.
 	DefaultOAuthScope = "tracking_api:write"
-
-	// assertionType is the client_assertion_type of a private-key JWT
-	// (RFC 7523).
-	assertionType = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
-	// assertionBackdate and assertionLifetime place the assertion's iat a
-	// little in the past and its exp shortly after, so small clock
-	// differences do not reject it and a leaked assertion is soon useless.
-	assertionBackdate = 5 * time.Second
-	assertionLifetime = 60 * time.Second
-	// defaultTokenLifetime is assumed when a token response has no usable
-	// expires_in.
-	defaultTokenLifetime = 2 * time.Minute
-	// maxTokenLifetime bounds a server's expires_in.
-	maxTokenLifetime = 24 * time.Hour
-	// maxTokenBody bounds how much of a token response is read.
-	maxTokenBody = 64 << 10
 )
 
 // OAuthConfig configures OAuth 2.0 for the tracking API; see WithOAuth.
@@ -238,9 +219,8 @@ func newOAuthSettings(c OAuthConfig) (*oauthSettings, error) {
 // header and report tokens the tracking API refused. Safe for concurrent
 // use.
 type tokenSource struct {
-	o       *oauthSettings
-	client  *http.Client
-	timeout time.Duration // per token request (HTTPTimeout)
+	req     *httpbatch.TokenConfig // the token request (internal/httpbatch)
+	timeout time.Duration          // per token request (HTTPTimeout)
 	policy  backoffPolicy
 	log     *zap.Logger
 	room    *waitingRoom // woken when waiting batches may go on
@@ -263,8 +243,13 @@ func newTokenSource(o *oauthSettings, upload *http.Client, s *settings, room *wa
 	if client == nil {
 		client = upload
 	}
+	req := &httpbatch.TokenConfig{
+		Client: client, Timeout: s.HTTPTimeout, URL: o.tokenURL, Audience: o.audience,
+		ClientID: o.clientID, KeyID: o.keyID, Key: o.key, Scope: o.scope,
+		UserAgent: LibraryName + "/" + Version, Log: s.logger,
+	}
 	return &tokenSource{
-		o: o, client: client, timeout: s.HTTPTimeout, policy: s.backoff, log: s.logger, room: room,
+		req: req, timeout: s.HTTPTimeout, policy: s.backoff, log: s.logger, room: room,
 		wake: make(chan struct{}, 1), stopped: make(chan struct{}),
 	}
 }
@@ -394,149 +379,22 @@ func (t *tokenSource) fetch(ctx context.Context) {
 }
 
 // request makes one token request (client-credentials grant with a
-// private-key JWT assertion). On success it returns the Authorization
-// header and the token's lifetime; on a failure, the error and, for a rate
-// limit, how long the server asked to wait (0: use backoff).
+// private-key JWT assertion, internal/httpbatch). On success it returns the
+// Authorization header and the token's lifetime; on a failure, the error
+// and, for a rate limit, how long the server asked to wait (0: use
+// backoff).
 func (t *tokenSource) request(ctx context.Context) (header string, lifetime, retryIn time.Duration, _ *OAuthError) {
 	t.mu.Lock()
 	skew := t.skew
 	t.mu.Unlock()
-	assertion, err := t.assertion(time.Now().Add(-skew))
-	if err != nil {
-		return "", 0, 0, &OAuthError{Permanent: true, Err: errors.New("cannot sign the client assertion with PrivateKey")}
-	}
-	form := url.Values{
-		"grant_type":            {"client_credentials"},
-		"client_assertion_type": {assertionType},
-		"client_assertion":      {assertion},
-		"scope":                 {t.o.scope},
-	}
-	rctx, cancel := context.WithTimeout(ctx, t.timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(rctx, http.MethodPost, t.o.tokenURL, strings.NewReader(form.Encode()))
-	if err != nil {
-		return "", 0, 0, &OAuthError{Permanent: true, Err: err}
-	}
-	req.Header = http.Header{
-		"Content-Type": {"application/x-www-form-urlencoded"},
-		"Accept":       {"application/json"},
-		"User-Agent":   {LibraryName + "/" + Version},
-	}
-	resp, err := do(t.client, req, t.log) // a panic or a nil response is a transport error (guard.go)
-	if err != nil {
-		return "", 0, 0, &OAuthError{Permanent: !classifyTransportError(err), Err: err}
-	}
-	defer closeBody(resp.Body, t.log)
-	raw, ok := readBody(resp.Body, maxTokenBody, t.log)
-	if ok {
-		drain(resp.Body, maxDrain, t.log)
-	}
-	now := time.Now()
-	if d, err := http.ParseTime(resp.Header.Get("Date")); err == nil {
+	tok := httpbatch.RequestToken(ctx, t.req, time.Now().Add(-skew))
+	if tok.HasSkew {
 		t.mu.Lock()
-		t.skew = now.Sub(d).Truncate(time.Second)
+		t.skew = tok.Skew
 		t.mu.Unlock()
 	}
-
-	var body struct {
-		AccessToken string          `json:"access_token"`
-		ExpiresIn   json.RawMessage `json:"expires_in"`
-		Error       string          `json:"error"`
-		Description string          `json:"error_description"`
+	if f := tok.Failure; f != nil {
+		return "", 0, tok.RetryIn, &OAuthError{StatusCode: f.Status, Code: f.Code, Description: f.Description, Permanent: f.Permanent, Err: f.Err}
 	}
-	parsed := json.Unmarshal(raw, &body) == nil
-	fail := &OAuthError{StatusCode: resp.StatusCode}
-	if parsed {
-		fail.Code = clip(body.Error)
-		fail.Description = clip(strings.ReplaceAll(body.Description, assertion, "[assertion]"))
-	} else if resp.StatusCode >= 300 {
-		fail.Description = clip(strings.ReplaceAll(strings.TrimSpace(string(raw)), assertion, "[assertion]"))
-	}
-	switch s := resp.StatusCode; {
-	case s >= 200 && s <= 299:
-		if !parsed || body.AccessToken == "" {
-			fail.Description = "the response has no access_token"
-			return "", 0, 0, fail
-		}
-		if strings.ContainsFunc(body.AccessToken, func(r rune) bool { return r <= ' ' || r > '~' }) {
-			fail.Description = "the access_token is not a valid header value"
-			return "", 0, 0, fail
-		}
-		return "Bearer " + body.AccessToken, tokenLifetime(body.ExpiresIn), 0, nil
-	case s == http.StatusTooManyRequests:
-		return "", 0, rateLimitWait(resp.Header, now), fail
-	case s == http.StatusBadRequest && body.Error == "invalid_request" && clockProblem(body.Description):
-		return "", 0, 0, fail // the skew was just measured: try again
-	case s == http.StatusBadRequest, s == http.StatusUnauthorized, s == http.StatusForbidden, s == http.StatusUnsupportedMediaType:
-		fail.Permanent = true
-		return "", 0, 0, fail
-	}
-	return "", 0, 0, fail
-}
-
-// assertion signs a fresh client assertion (RFC 7523) at now, which is
-// the local clock corrected by the measured skew.
-func (t *tokenSource) assertion(now time.Time) (string, error) {
-	tok := jwt.NewWithClaims(jwt.SigningMethodRS256, jwt.MapClaims{
-		"iss": t.o.clientID,
-		"sub": t.o.clientID,
-		"aud": t.o.audience,
-		"iat": now.Add(-assertionBackdate).Unix(),
-		"exp": now.Add(assertionLifetime - assertionBackdate).Unix(),
-		"jti": newJTI(),
-	})
-	tok.Header["kid"] = t.o.keyID
-	return tok.SignedString(t.o.key)
-}
-
-// newJTI returns a random UUID (version 4), unique per assertion.
-func newJTI() string {
-	var u [16]byte
-	_, _ = rand.Read(u[:]) // never fails (crypto/rand)
-	return string(appendUUIDFrom(make([]byte, 0, 36), binary.BigEndian.Uint64(u[:8]), binary.BigEndian.Uint64(u[8:])))
-}
-
-// tokenLifetime reads expires_in (seconds, a JSON number or string).
-func tokenLifetime(raw json.RawMessage) time.Duration {
-	v := strings.Trim(string(raw), `"`)
-	secs, err := strconv.ParseFloat(v, 64)
-	if err != nil || secs <= 0 {
-		return defaultTokenLifetime
-	}
-	if secs >= maxTokenLifetime.Seconds() {
-		return maxTokenLifetime
-	}
-	return time.Duration(secs * float64(time.Second))
-}
-
-// rateLimitWait is how long a 429 from the auth server asks to wait:
-// Retry-After (R20, R21, capped as R24), else X-RateLimit-Reset (seconds
-// to wait, or a Unix time in seconds), else 0 (backoff).
-func rateLimitWait(h http.Header, now time.Time) time.Duration {
-	if d, kind := parseRetryAfter(h.Get("Retry-After"), now); kind == retryAfterUsable {
-		return d
-	}
-	v := strings.TrimSpace(h.Get("X-RateLimit-Reset"))
-	if !isDigits(v) {
-		return 0
-	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil {
-		return MaxRetryAfter
-	}
-	if n > 1_000_000_000 { // a Unix time
-		n -= now.Unix()
-	}
-	if n <= 0 {
-		return 0
-	}
-	d, _ := secondsToDelay(strconv.FormatInt(n, 10))
-	return d
-}
-
-// clockProblem reports an error_description saying the assertion's times
-// were off, which a corrected clock skew heals.
-func clockProblem(desc string) bool {
-	d := strings.ToLower(desc)
-	return strings.Contains(d, "expired") || strings.Contains(d, "before issued") || strings.Contains(d, "not yet valid")
+	return tok.Header, tok.Lifetime, 0, nil
 }

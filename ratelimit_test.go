@@ -9,6 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/relaykit/analytics-go/internal/httpbatch"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
@@ -21,9 +22,9 @@ import (
 func TestParseOnceAcrossSecondBoundary(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 1_000_000, time.UTC) // 0.999 s before 12:00:01
 	header := now.Truncate(time.Second).Add(time.Second).Format(http.TimeFormat)
-	v := classifyResponse(429, header, true, now)
-	require.Equal(t, outcomeRateLimited, v.outcome)
-	assert.Equal(t, time.Second, v.delay, "the path and the deadline use the same rounded-up value")
+	v := httpbatch.Judge(httpbatch.Answer{Status: 429, RetryAfter: header, HasRetryAfter: true}, false, now)
+	require.Equal(t, httpbatch.RateLimited, v.Outcome)
+	assert.Equal(t, time.Second, v.Delay, "the path and the deadline use the same rounded-up value")
 
 	synctest.Test(t, func(t *testing.T) {
 		api := newFakeAPI(func(n int, r seen) reply {

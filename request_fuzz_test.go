@@ -114,7 +114,7 @@ func (s *fuzzServer) close() {
 }
 
 // FuzzRequestPath serves random status lines, headers, bodies and early
-// closes from a raw TCP listener to a real client (sender, classifier,
+// closes from a raw TCP listener to a real client (sender, verdict,
 // consumer, settler) and checks: no panic; Close returns within its
 // deadline + 0.5 s and the run within a fixed bound; every event gets
 // exactly one callback; the write key appears in no error text and no log.

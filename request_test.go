@@ -9,87 +9,22 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/http/httptrace"
 	"net/url"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
-
-// R9–R16, R25, R58: the classifier over the whole status space.
-func TestClassifyResponseStatusSpace(t *testing.T) {
-	now := time.Now()
-	for status := 100; status <= 999; status++ {
-		want := outcomeFailed
-		switch {
-		case status >= 200 && status <= 299:
-			want = outcomeDelivered
-		case status == 408 || status == 410 || status == 429 || status == 460:
-			want = outcomeRetry
-		case status >= 500 && status <= 599 && status != 501 && status != 505 && status != 511:
-			want = outcomeRetry
-		}
-		v := classifyResponse(status, "", false, now)
-		require.Equal(t, want, v.outcome, "status %d", status)
-		if status >= 300 && status <= 399 {
-			assert.Equal(t, KindRedirect, v.kind, "status %d", status)
-		}
-		// A usable Retry-After turns every retryable status into a rate limit
-		// and changes nothing else (R25).
-		v = classifyResponse(status, "7", true, now)
-		if want == outcomeRetry {
-			assert.Equal(t, outcomeRateLimited, v.outcome, "status %d", status)
-			assert.Equal(t, 7*time.Second, v.delay)
-		} else {
-			assert.Equal(t, want, v.outcome, "status %d with Retry-After", status)
-			assert.Zero(t, v.delay)
-		}
-	}
-}
-
-func TestClassifyTransportError(t *testing.T) {
-	assert.True(t, classifyTransportError(io.EOF))
-	assert.True(t, classifyTransportError(errors.New("connection refused")))
-	assert.False(t, classifyTransportError(errors.New(`unsupported protocol scheme "ftp"`)))
-}
-
-// R16, R18: extracting the server's text never fails and is bounded.
-func TestExcerpt(t *testing.T) {
-	assert.Equal(t, "nope", excerpt([]byte(`{"code":"bad","message":"nope"}`)))
-	assert.Equal(t, "denied", excerpt([]byte(`{"error":"denied"}`)))
-	assert.Equal(t, `{"message":7}`, excerpt([]byte(`{"message":7}`)))
-	assert.Equal(t, "[]", excerpt([]byte(`[]`)))
-	assert.Equal(t, "", excerpt(nil))
-	long := clip(excerpt(bytes.Repeat([]byte("é"), 2000)))
-	assert.LessOrEqual(t, len(long), maxExcerpt+len("…"))
-	assert.True(t, strings.HasSuffix(long, "…"))
-	assert.Equal(t, "\uFFFD", clip(excerpt([]byte{0xff})))
-	// Exactly maxExcerpt bytes are kept whole, without an ellipsis; one
-	// more is cut there.
-	exact := strings.Repeat("x", maxExcerpt)
-	assert.Equal(t, exact, clip(excerpt([]byte(exact))))
-	assert.Equal(t, exact+"…", clip(excerpt([]byte(exact+"y"))))
-	// A cut never splits a character: 3-byte runes do not end on byte 512.
-	euros := clip(excerpt(bytes.Repeat([]byte("€"), 400)))
-	assert.Equal(t, strings.Repeat("€", maxExcerpt/3)+"…", euros)
-	// A long body of continuation bytes has no place to cut: nothing of it
-	// is kept, and nothing panics.
-	assert.Equal(t, "…", clip(excerpt(bytes.Repeat([]byte{0x80}, 600))))
-}
 
 // loopback is a real HTTP server on 127.0.0.1 recording requests.
 type loopback struct {
@@ -267,100 +202,6 @@ func TestTLSVerificationFailureIsNotRetried(t *testing.T) {
 	mu.Lock()
 	assert.Zero(t, hits)
 	mu.Unlock()
-}
-
-// Body buffers go back for reuse only when net/http reported, through
-// httptrace, that it finished writing them; a RoundTripper without the
-// hooks never has its body buffer reused (with gzip, the plain buffer goes
-// back at once: the transport never sees it). Either way the server gets
-// the whole body.
-func TestBodyBufferReuse(t *testing.T) {
-	srv := newLoopback(t, nil)
-	bt := benchBatch(10)
-	for _, gz := range []bool{false, true} {
-		s, err := resolve("wk", []Option{WithEndpoint(srv.URL), WithGzip(gz)})
-		require.NoError(t, err)
-		viaNet := newSender(&s, newHTTPClient(&s))
-		for i := 0; i < 2; i++ {
-			resp, err := viaNet.send(context.Background(), bt)
-			require.NoError(t, err)
-			require.Equal(t, 200, resp.status)
-		}
-		perAttempt := int32(1)
-		if gz {
-			perAttempt = 2
-		}
-		assert.Equal(t, 2*perAttempt, viaNet.recycled.Load(), "gzip=%t: every buffer of both attempts, after WroteRequest", gz)
-		viaNet.client.CloseIdleConnections()
-
-		api := newFakeAPI(nil)
-		fake := newSender(&s, &http.Client{Transport: api})
-		for i := 0; i < 2; i++ {
-			_, err = fake.send(context.Background(), bt)
-			require.NoError(t, err)
-		}
-		assert.Equal(t, 2*(perAttempt-1), fake.recycled.Load(), "gzip=%t: no reuse of what the transport read without its word", gz)
-		for _, r := range api.requests() {
-			assert.Len(t, r.ids, 10, "the whole body arrived")
-		}
-	}
-}
-
-// retryingTransport writes a request the way net/http does when a
-// connection closes under it: it reports the first write finished
-// (WroteRequest, so the client may reuse that buffer at once), scribbles
-// over every body buffer the client has given back, and sends the body
-// GetBody returns. The server must get the same body twice.
-type retryingTransport struct{ bodies [][]byte }
-
-func (rt *retryingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	trace := httptrace.ContextClientTrace(req.Context())
-	trace.GetConn(req.URL.Host)
-	first, _ := io.ReadAll(req.Body)
-	trace.WroteRequest(httptrace.WroteRequestInfo{})
-	for i := 0; i < 4; i++ { // what another consumer would do with a buffer given back
-		p := getBodyBuffer()
-		*p = append((*p)[:0], strings.Repeat("x", cap(*p))...)
-		bodyBuffers.Put(p)
-	}
-	again, err := req.GetBody()
-	if err != nil {
-		return nil, err
-	}
-	trace.GetConn(req.URL.Host)
-	second, _ := io.ReadAll(again)
-	trace.WroteRequest(httptrace.WroteRequestInfo{})
-	rt.bodies = append(rt.bodies, first, second)
-	return &http.Response{StatusCode: 200, Body: http.NoBody, Request: req}, nil
-}
-
-func gunzip(t *testing.T, p []byte) []byte {
-	t.Helper()
-	zr, err := gzip.NewReader(bytes.NewReader(p))
-	require.NoError(t, err)
-	out, err := io.ReadAll(zr)
-	require.NoError(t, err)
-	return out
-}
-
-// A retry of net/http's own after the body was written in full sends the
-// same bytes, although the first buffer went back for reuse.
-func TestBodyRetriedByTheTransportIsTheSame(t *testing.T) {
-	for _, gz := range []bool{false, true} {
-		s, err := resolve("wk", []Option{WithEndpoint("http://api.test"), WithGzip(gz)})
-		require.NoError(t, err)
-		rt := &retryingTransport{}
-		snd := newSender(&s, &http.Client{Transport: rt})
-		_, err = snd.send(context.Background(), benchBatch(10))
-		require.NoError(t, err)
-		require.Len(t, rt.bodies, 2)
-		first, second := rt.bodies[0], rt.bodies[1]
-		if gz {
-			first, second = gunzip(t, first), gunzip(t, second)
-		}
-		assert.Equal(t, string(first), string(second), "gzip=%t", gz)
-		assert.Contains(t, string(first), `"writeKey":"wk"`)
-	}
 }
 
 // The client's own transport keeps one idle connection per consumer, so
@@ -690,73 +531,6 @@ func hostPort(u *url.URL) string {
 	return u.Hostname() + ":80"
 }
 
-// R11: the policy itself, hop by hop, including where Authorization may go.
-func TestCheckRedirectPolicy(t *testing.T) {
-	mk := func(method, raw string, status int) *http.Request {
-		u, err := url.Parse(raw)
-		require.NoError(t, err)
-		r := &http.Request{Method: method, URL: u, Header: http.Header{"Authorization": {"Basic x"}}}
-		if status != 0 {
-			r.Response = &http.Response{StatusCode: status}
-		}
-		return r
-	}
-	first := mk("POST", "http://api.test/v1/batch", 0)
-	for _, tc := range []struct {
-		to     string
-		status int
-		follow bool
-	}{
-		{"http://api.test/v1/batch2", 307, true},
-		{"http://API.test:80/v1/batch2", 308, true},
-		{"https://api.test/v1/batch2", 307, true},
-		{"http://api.test/v1/batch2", 302, false},
-		{"http://api.test:81/v1/batch2", 307, false},
-		{"https://api.test:8443/v1/batch2", 307, false},
-		{"http://eu.api.test/v1/batch2", 307, false},
-		{"http://api.test.evil/v1/batch2", 307, false},
-		{"ftp://api.test/v1/batch2", 307, false},
-	} {
-		next := mk("POST", tc.to, tc.status)
-		err := checkRedirect(next, []*http.Request{first})
-		if tc.follow {
-			assert.NoError(t, err, tc.to)
-			assert.Equal(t, "Basic x", next.Header.Get("Authorization"), tc.to)
-		} else {
-			assert.ErrorIs(t, err, http.ErrUseLastResponse, "%s %d", tc.to, tc.status)
-		}
-	}
-	// After an upgrade to https, going back to http is a downgrade.
-	up := mk("POST", "https://api.test/v1/batch2", 307)
-	back := mk("POST", "http://api.test/v1/batch3", 307)
-	assert.ErrorIs(t, checkRedirect(back, []*http.Request{first, up}), http.ErrUseLastResponse)
-}
-
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
-
-// R15, R56: a body whose reads ignore the request context (here a pipe that
-// never delivers) is closed when the attempt's timeout ends, for every
-// status class; send never outlives its context.
-func TestBodyReadEndsWithTheAttempt(t *testing.T) {
-	for _, status := range []int{101, 200, 500, 600} {
-		synctest.Test(t, func(t *testing.T) {
-			pr, pw := io.Pipe()
-			defer pw.Close()
-			rt := roundTripFunc(func(r *http.Request) (*http.Response, error) {
-				return &http.Response{StatusCode: status, Header: http.Header{}, Body: pr, Request: r}, nil
-			})
-			s, err := resolve("wk", []Option{WithEndpoint("http://api.test")})
-			require.NoError(t, err)
-			snd := newSender(&s, &http.Client{Transport: rt})
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-			defer cancel()
-			start := time.Now()
-			r, err := snd.send(ctx, benchBatch(1))
-			require.NoError(t, err)
-			assert.Equal(t, status, r.status)
-			assert.LessOrEqual(t, time.Since(start), 3*time.Second, "status %d", status)
-		})
-	}
-}

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/relaykit/analytics-go/internal/diskbuf"
+	"github.com/relaykit/analytics-go/internal/httpbatch"
 )
 
 // Behaviour tests for rules whose breakage the rest of the suite did not
@@ -27,7 +28,7 @@ import (
 // logs: the text is redacted before it is clipped.
 func TestWriteKeyAcrossTheExcerptClip(t *testing.T) {
 	const key = "wk-SECRET-across-the-clip"
-	for _, before := range []int{maxExcerpt - 4, maxExcerpt - len(key)/2, maxExcerpt - len(key) + 1} {
+	for _, before := range []int{httpbatch.MaxExcerpt - 4, httpbatch.MaxExcerpt - len(key)/2, httpbatch.MaxExcerpt - len(key) + 1} {
 		synctest.Test(t, func(t *testing.T) {
 			body := strings.Repeat("x", before) + key + " was refused"
 			core, logs := observer.New(zapcore.DebugLevel)

@@ -1,4 +1,4 @@
-package analytics
+package httpbatch
 
 import (
 	"strconv"
@@ -28,6 +28,11 @@ var httpDateLayouts = []string{
 	"Mon, 2 Jan 2006 15:04:05 GMT",    // one-digit day, seen in the wild
 	"Mon, 2 Jan 2006 15:04:05 -0700",
 }
+
+// MaxRetryAfter caps a server's Retry-After: longer values are waited as
+// this long (R24). The client documents the same value as its own
+// MaxRetryAfter.
+const MaxRetryAfter = 300 * time.Second
 
 // maxRetryAfterSeconds is MaxRetryAfter in integer seconds; values are capped
 // in seconds before they become a Duration (R20, R53).

@@ -1,4 +1,4 @@
-package analytics
+package httpbatch
 
 import (
 	"net/http"

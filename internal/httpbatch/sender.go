@@ -1,0 +1,379 @@
+// Package httpbatch makes one attempt of one batch over HTTP: it builds the
+// request (headers, gzip, credentials), sends it through the user's
+// http.Client with the client's redirect policy, reads a bounded and
+// redacted excerpt of the answer, and judges it (Judge) into a verdict
+// that does not depend on HTTP. It also makes the OAuth token requests.
+//
+// It knows nothing of batches, queues or retries: the body comes as a
+// function that encodes it, and what happens to the batch next is the
+// caller's. It imports nothing from the rest of the module.
+package httpbatch
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptrace"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"go.uber.org/zap"
+)
+
+const (
+	// maxErrorBody is how much of a non-2xx body is read for the message (R56).
+	maxErrorBody = 4 << 10
+	// maxDrain is how much more of a body is read so the connection can be
+	// reused; a longer body closes the connection instead.
+	maxDrain = 64 << 10
+	// MaxExcerpt bounds Result.Message, in bytes before the ellipsis (R18).
+	MaxExcerpt = 512
+)
+
+// Config is what a Sender needs.
+type Config struct {
+	Client    *http.Client // used as it is: see NewClient
+	URL       string       // where batches are posted
+	WriteKey  string       // the Basic credentials of an attempt without a bearer (R7)
+	Secrets   []string     // texts removed from what the server sends back (WriteKeyForms)
+	UserAgent string
+	Gzip      bool        // compress bodies (R6)
+	Log       *zap.Logger // for panics of the HTTP client and its bodies; nil: none
+}
+
+// Sender sends one attempt of a batch at a time (R1–R8). It is not safe
+// for concurrent use: each consumer of the client owns one, so that its
+// buffers need no lock.
+type Sender struct {
+	client    *http.Client
+	url       string
+	basic     string
+	userAgent string
+	secrets   []string
+	gzip      bool
+	log       *zap.Logger
+	zw        *gzip.Writer // reused across attempts
+
+	recycled atomic.Int32 // body buffers given back for reuse (tests)
+}
+
+// New returns a Sender for c.
+func New(c Config) *Sender {
+	return &Sender{
+		client:    c.Client,
+		url:       c.URL,
+		basic:     "Basic " + base64.StdEncoding.EncodeToString([]byte(c.WriteKey+":")),
+		userAgent: c.UserAgent,
+		secrets:   c.Secrets,
+		gzip:      c.Gzip,
+		log:       c.Log,
+	}
+}
+
+// Client is the http.Client the Sender uses.
+func (s *Sender) Client() *http.Client { return s.client }
+
+// WriteKeyForms lists the ways the write key key can appear in text a
+// server echoes: as the Basic credentials (with and without the trailing
+// colon), as escaped in a JSON string (inBody, as the body encodes it
+// without its quotes; encoding/json's with HTML escapes; and with "/"
+// escaped), and as is. Longer forms come first.
+func WriteKeyForms(key, inBody string) []string {
+	std, _ := json.Marshal(key) // a string always encodes
+	unquoted := string(std[1 : len(std)-1])
+	forms := []string{
+		base64.StdEncoding.EncodeToString([]byte(key + ":")),
+		base64.StdEncoding.EncodeToString([]byte(key)),
+		unquoted,
+		strings.ReplaceAll(unquoted, "/", `\/`),
+		strings.ReplaceAll(inBody, "/", `\/`),
+		inBody,
+		key,
+	}
+	out := forms[:0]
+	for _, f := range forms {
+		if f != "" && !slices.Contains(out, f) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// Attempt is one attempt of a batch.
+type Attempt struct {
+	// Body appends the batch's body, as of sentAt (R4), to buf and returns
+	// it. It is called once per attempt, and again, with a nil buf, for
+	// each retry net/http makes of its own (GetBody), possibly on another
+	// goroutine while Send waits: for a given sentAt it must return the
+	// same bytes every time.
+	Body func(buf []byte, sentAt time.Time) []byte
+	// Retry is the number of earlier attempts of the batch (X-Retry-Count).
+	Retry int
+	// Bearer is the Authorization header of an OAuth client (R50); "" for
+	// the write key's Basic credentials.
+	Bearer string
+}
+
+// Result is an attempt's answer and its verdict.
+type Result struct {
+	Answer
+	Verdict
+	Message  string // bounded, redacted excerpt of a non-2xx body (R18)
+	Location string // a 3xx's Location, resolved, redacted and bounded
+	Sent     int    // the body's size as sent
+	Plain    int    // and before gzip
+}
+
+// Send makes attempt a, bounded by ctx, and judges its answer (Judge).
+func (s *Sender) Send(ctx context.Context, a Attempt) Result {
+	r := s.send(ctx, a)
+	r.Verdict = Judge(r.Answer, a.Bearer != "", time.Now())
+	return r
+}
+
+// send makes one attempt. r.Err is nil when a status line was received.
+func (s *Sender) send(ctx context.Context, a Attempt) (r Result) {
+	sentAt := time.Now()
+	plain := getBodyBuffer()
+	*plain = a.Body(*plain, sentAt)
+	r.Sent, r.Plain = len(*plain), len(*plain)
+	wire := plain
+	if s.gzip {
+		wire = getBodyBuffer()
+		*wire = s.compress(*wire, *plain)
+		r.Sent = len(*wire)
+		putBodyBuffer(plain, &s.recycled) // the transport reads only the compressed copy
+	}
+	use := newBodyUse(wire, &s.recycled)
+	ctx = httptrace.WithClientTrace(ctx, &use.trace)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(*wire))
+	if err != nil {
+		r.Err = err
+		return r
+	}
+	// A retry of net/http's own (a connection that closed under the
+	// request) reads the body again: encoded afresh, byte for byte the
+	// same, since the buffer may be in use elsewhere by then.
+	gz := s.gzip
+	req.GetBody = func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(bodyAgain(a.Body, sentAt, gz))), nil
+	}
+	auth := s.basic
+	if a.Bearer != "" {
+		auth = a.Bearer
+	}
+	// Exactly the header set of R5–R7; docs/reference.md lists it.
+	req.Header = http.Header{
+		"Content-Type":  {"application/json"},
+		"User-Agent":    {s.userAgent},
+		"Authorization": {auth},
+	}
+	if s.gzip {
+		req.Header["Content-Encoding"] = []string{"gzip"}
+	}
+	if a.Retry > 0 {
+		req.Header["X-Retry-Count"] = []string{strconv.Itoa(a.Retry)}
+	}
+	resp, err := do(s.client, req, s.log) // a panic or a nil response is a transport error (guard.go)
+	if use.released() {
+		use.giveBack() // Do has returned: no retry of its own reads it again
+	}
+	if err != nil {
+		r.Err = s.redactErr(err)
+		return r
+	}
+	// No read of this body may outlive the attempt (R15, R56): when the
+	// attempt's context ends (timeout or Close), the body is closed, which
+	// ends a read that the transport itself would not end (the raw
+	// connection of a 101, a RoundTripper that ignores the context).
+	stop := context.AfterFunc(ctx, func() { closeBody(resp.Body, s.log) })
+	defer func() {
+		stop()
+		closeBody(resp.Body, s.log)
+	}()
+	r.Status = resp.StatusCode
+	if vals, ok := resp.Header["Retry-After"]; ok {
+		r.HasRetryAfter = true
+		if len(vals) > 0 {
+			r.RetryAfter = s.redact(vals[0])
+		}
+	}
+	if resp.StatusCode < 200 {
+		// A 1xx that reaches the client (101 Switching Protocols) carries
+		// the raw connection as its body: it is decided without reading it
+		// (R15), and closing it closes the connection.
+		return r
+	}
+	if resp.StatusCode >= 300 && resp.StatusCode <= 399 {
+		if loc, err := resp.Location(); err == nil {
+			r.Location = clip(s.redact(RedactURL(loc.String())))
+		}
+	}
+	if resp.StatusCode > 299 {
+		// A read error part-way changes nothing (R16), nor does a panic:
+		// the status decides, and a body that panicked is read no more.
+		raw, ok := readBody(resp.Body, maxErrorBody, s.log)
+		r.Message = clip(s.redact(excerpt(raw)))
+		if !ok {
+			return r
+		}
+	}
+	drain(resp.Body, maxDrain, s.log) // R56
+	return r
+}
+
+// bodyAgain is the attempt's body encoded anew into fresh buffers, for
+// GetBody. It may run on a transport goroutine while the consumer waits in
+// Do, so it shares nothing with the Sender: it uses its own gzip writer.
+func bodyAgain(body func([]byte, time.Time) []byte, sentAt time.Time, gz bool) []byte {
+	plain := body(nil, sentAt)
+	if !gz {
+		return plain
+	}
+	var out bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&out, gzip.BestSpeed)
+	_, _ = zw.Write(plain)
+	_ = zw.Close()
+	return out.Bytes()
+}
+
+func (s *Sender) compress(dst, body []byte) []byte {
+	out := bytes.NewBuffer(dst[:0])
+	if s.zw == nil {
+		s.zw, _ = gzip.NewWriterLevel(out, gzip.BestSpeed)
+	} else {
+		s.zw.Reset(out)
+	}
+	_, _ = s.zw.Write(body) // writes to a bytes.Buffer cannot fail
+	_ = s.zw.Close()
+	return out.Bytes()
+}
+
+// bodyUse tracks, through httptrace hooks, whether the transport is done
+// with an attempt's body, so that its buffer can be reused. net/http may
+// go on writing a request body after RoundTrip returned (an early
+// response), so the buffer goes back only once a write of it finished
+// without error (WroteRequest), or once Do has returned and every write
+// that started (GetConn) has finished. A retry of net/http's own after a
+// complete write reads the body from GetBody, which encodes it afresh (see
+// send), never from the buffer given back. A RoundTripper that does not
+// call the hooks never has its buffer reused.
+type bodyUse struct {
+	started, finished atomic.Int32
+	trace             httptrace.ClientTrace
+	body              *[]byte       // the buffer the transport reads
+	given             atomic.Bool   // body went back to bodyBuffers
+	recycled          *atomic.Int32 // the Sender's count of buffers given back
+}
+
+func newBodyUse(body *[]byte, recycled *atomic.Int32) *bodyUse {
+	u := &bodyUse{body: body, recycled: recycled}
+	u.trace.GetConn = func(string) { u.started.Add(1) }
+	u.trace.WroteRequest = func(info httptrace.WroteRequestInfo) {
+		u.finished.Add(1)
+		if info.Err == nil {
+			u.giveBack() // written in full: net/http reads it no more
+		}
+	}
+	return u
+}
+
+func (u *bodyUse) released() bool {
+	n := u.started.Load()
+	return n > 0 && u.finished.Load() == n
+}
+
+// giveBack returns the body's buffer to bodyBuffers, once.
+func (u *bodyUse) giveBack() {
+	if u.given.CompareAndSwap(false, true) {
+		putBodyBuffer(u.body, u.recycled)
+	}
+}
+
+// bodyBuffers holds request body buffers that no transport reads any more,
+// shared by every Sender: a buffer is held from encoding a body until
+// net/http has written it, so a client keeps about as many as it has
+// requests being written at once, not one or two per consumer.
+var bodyBuffers sync.Pool // of *[]byte
+
+func getBodyBuffer() *[]byte {
+	if p, ok := bodyBuffers.Get().(*[]byte); ok {
+		return p
+	}
+	return new([]byte)
+}
+
+func putBodyBuffer(p *[]byte, recycled *atomic.Int32) {
+	bodyBuffers.Put(p)
+	recycled.Add(1)
+}
+
+// redacted is what replaces the write key in server text.
+const redacted = "[redacted]"
+
+// redact removes the write key from text the server sent (R18): the key
+// itself, as written in the JSON body, and the Authorization credentials.
+func (s *Sender) redact(text string) string {
+	for _, secret := range s.secrets {
+		if secret != "" && strings.Contains(text, secret) {
+			text = strings.ReplaceAll(text, secret, redacted)
+		}
+	}
+	return text
+}
+
+// redactErr returns err with the write key removed from its text; errors.Is
+// and errors.As still see the original chain.
+func (s *Sender) redactErr(err error) error {
+	if text := err.Error(); s.redact(text) != text {
+		return &redactedError{text: s.redact(text), err: err}
+	}
+	return err
+}
+
+// redactedError is an error whose text had the write key removed.
+type redactedError struct {
+	text string
+	err  error
+}
+
+func (e *redactedError) Error() string { return e.text }
+func (e *redactedError) Unwrap() error { return e.err }
+
+// excerpt extracts the server's message: the "message" (or "error") string
+// of a JSON object, otherwise the text. It never fails (R16). The caller
+// clips it (after redaction, so a clip never leaves part of a secret).
+func excerpt(raw []byte) string {
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(raw, &obj) == nil {
+		for _, key := range []string{"message", "error"} {
+			var s string
+			if json.Unmarshal(obj[key], &s) == nil && s != "" {
+				return s
+			}
+		}
+	}
+	return strings.TrimSpace(string(raw))
+}
+
+// clip bounds s to MaxExcerpt bytes, on a rune boundary, with an ellipsis
+// when it cut, and makes it valid UTF-8.
+func clip(s string) string {
+	if len(s) <= MaxExcerpt {
+		return strings.ToValidUTF8(s, "\uFFFD")
+	}
+	cut := MaxExcerpt
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return strings.ToValidUTF8(s[:cut], "\uFFFD") + "…"
+}
