@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/relaykit/analytics-go/internal/shared"
+	"github.com/relaykit/analytics-go/internal/wire"
 )
 
 // Tracker is the set of methods code that sends events needs: the enqueue
@@ -253,8 +254,7 @@ func (c *Client) EnqueueContext(ctx context.Context, m Message) error {
 // does not escape: a message built in the call stays on the caller's stack.
 func (c *Client) dispatch(ctx context.Context, wait bool, m Message) error {
 	sc := getScratch()
-	sc.enc.defaults = c.defaults
-	sc.enc.noLibrary = c.noLibrary
+	sc.use(c.defaults, c.noLibrary)
 	copied, err := prepareMessage(sc, m, c.keepMessages)
 	err = c.settle.stats.count(c.accept(ctx, wait, sc, copied, err))
 	if err != nil {
@@ -270,12 +270,11 @@ func (c *Client) dispatch(ctx context.Context, wait bool, m Message) error {
 // room until ctx ends. An enqueue call after Close returns ErrClosed,
 // whatever the event.
 func (c *Client) accept(ctx context.Context, wait bool, sc *scratch, withCopy Message, err error) error {
-	e := &sc.enc
 	if c.closed.Load() {
 		err = ErrClosed
 	}
 	if err == nil {
-		err = checkSize(e.buf)
+		err = checkSize(sc.Enc.Bytes())
 	}
 	if err == nil && c.disk != nil {
 		err = c.disk.accept(ctx, wait, sc, withCopy, &c.closed) // spill.go
@@ -284,7 +283,7 @@ func (c *Client) accept(ctx context.Context, wait bool, sc *scratch, withCopy Me
 	}
 	var ev event
 	if err == nil {
-		ev.data, ev.slab = sc.copyToSlab(e.buf)
+		ev.data, ev.slab = sc.CopyToSlab(sc.Enc.Bytes())
 	}
 	putScratch(sc)
 	if err != nil {
@@ -669,7 +668,7 @@ func (c *Client) Stats() Stats {
 func init() {
 	shared.CompatOption = func(c shared.Compat) any {
 		return optionFunc(func(s *settings) {
-			if len(c.BodyFields) > 0 && !validBodyFields(c.BodyFields) {
+			if len(c.BodyFields) > 0 && !wire.ValidExtra(c.BodyFields, maxBodyFields) {
 				s.errs = append(s.errs, invalid("BodyFields", len(c.BodyFields), "must be at most shared.MaxBodyFields bytes of JSON object members"))
 			}
 			s.compat = c

@@ -294,7 +294,7 @@ func TestErrorIdentities(t *testing.T) {
 func TestNewMessageID(t *testing.T) {
 	re := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
 	seen := map[string]bool{}
-	for i := 0; i < 10*idsPerBlock; i++ {
+	for i := 0; i < 10*64; i++ { // ten blocks of ids
 		id := NewMessageID()
 		require.Regexp(t, re, id)
 		require.False(t, seen[id], "repeated id %s", id)

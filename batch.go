@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/relaykit/analytics-go/internal/diskbuf"
+	"github.com/relaykit/analytics-go/internal/wire"
 )
 
 const (
@@ -18,7 +19,7 @@ const (
 	// batchEventBytes is where a batch closes: its events (with separators
 	// and, with WithEventSentAt, their sentAt) and the shared.Compat
 	// BodyFields never exceed it, leaving room in MaxBatchBytes for the
-	// rest of the frame (bodyFrame).
+	// rest of the frame (wire.Frame.Size).
 	batchEventBytes = 475_000
 )
 
@@ -26,8 +27,8 @@ const (
 type event struct {
 	msg   Message // the copy callbacks receive; nil unless OnSuccess is registered (see settler.messages)
 	data  []byte
-	slab  *slab  // where data lives, released at the disposition; nil if data is its own
-	epoch uint64 // ledger epoch at acceptance (see ledger)
+	slab  *wire.Slab // where data lives, released at the disposition; nil if data is its own
+	epoch uint64     // ledger epoch at acceptance (see ledger)
 
 	seg *diskbuf.Segment // durable mode: the record's segment (see durable.go); nil otherwise
 	off uint32           // durable mode: the record's offset in seg
@@ -208,5 +209,34 @@ func (s *isolation) take() bool {
 		if s.left.CompareAndSwap(left, left-2) {
 			return true
 		}
+	}
+}
+
+// Len, JSON and Bytes make b the wire.Events of its body.
+func (b *batch) Len() int { return len(b.events) }
+
+// JSON is the JSON of event i.
+func (b *batch) JSON(i int) []byte { return b.events[i].data }
+
+// Bytes is b.bytes: the events' JSON and the commas between them.
+func (b *batch) Bytes() int { return b.bytes }
+
+// releaseEvents gives back the slab holds of evs, one atomic step per run
+// of events from the same slab. Their JSON must not be read after it.
+func releaseEvents(evs []event) {
+	var cur *wire.Slab
+	var n int32
+	for i := range evs {
+		if sl := evs[i].slab; sl != cur {
+			if cur != nil {
+				cur.Release(n)
+			}
+			cur, n = sl, 0
+		}
+		n++
+		evs[i].slab = nil
+	}
+	if cur != nil {
+		cur.Release(n)
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/relaykit/analytics-go/internal/wire"
 )
 
 // blockedTransport holds every request until the client shuts down, so
@@ -222,6 +224,7 @@ func BenchmarkCallbackMessages(b *testing.B) {
 			b.ReportAllocs()
 			for i := 0; i < b.N; i++ {
 				sc := getScratch()
+				sc.use(nil, false)
 				if _, err := prepareMessage(sc, m, keep); err != nil {
 					b.Fatal(err)
 				}
@@ -230,10 +233,11 @@ func BenchmarkCallbackMessages(b *testing.B) {
 		})
 	}
 	sc := getScratch()
+	sc.use(nil, false)
 	if _, err := prepareMessage(sc, m, false); err != nil {
 		b.Fatal(err)
 	}
-	data := append([]byte(nil), sc.enc.buf...)
+	data := append([]byte(nil), sc.Enc.Bytes()...)
 	putScratch(sc)
 	b.Run("rebuild", func(b *testing.B) {
 		b.ReportAllocs()
@@ -272,14 +276,15 @@ func BenchmarkTrackParallel(b *testing.B) {
 func benchBatch(n int) *batch {
 	b := &batch{}
 	for i := 0; i < n; i++ {
-		e := &encoder{}
+		e := &wire.Encoder{}
+		e.Reset(nil, libraryJSON)
 		m := Track{MessageID: NewMessageID(), UserID: "user-" + strconv.Itoa(i), Event: "Order Completed", Timestamp: time.Now(),
 			Properties: Properties{"plan": "pro", "amount": i, "currency": "EUR", "trial": false}}
 		if err := m.appendJSON(e); err != nil {
 			panic(err)
 		}
-		b.events = append(b.events, event{msg: m, data: e.buf})
-		b.bytes += len(e.buf) + 1
+		b.events = append(b.events, event{msg: m, data: e.Bytes()})
+		b.bytes += len(e.Bytes()) + 1
 	}
 	return b
 }
@@ -297,13 +302,13 @@ func BenchmarkEncodeBody(b *testing.B) {
 				name = "gzip"
 			}
 			b.Run(fmt.Sprintf("%s/eventSentAt=%t", name, on), func(b *testing.B) {
-				s := &sender{writeKey: appendString(nil, "wk"), eventSent: on}
+				s := &sender{frame: wire.NewFrame("wk", nil, on)}
 				var plain []byte
 				var zipped bytes.Buffer
 				zw, _ := gzip.NewWriterLevel(&zipped, gzip.BestSpeed) // as internal/httpbatch compresses
 				b.ReportAllocs()
 				for i := 0; i < b.N; i++ {
-					plain = s.encodeBody(plain, bt, sentAt)
+					plain = s.frame.Encode(plain, bt, sentAt)
 					if gz {
 						zipped.Reset()
 						zw.Reset(&zipped)
@@ -312,11 +317,11 @@ func BenchmarkEncodeBody(b *testing.B) {
 					}
 				}
 				b.ReportMetric(float64(len(plain))/250, "B/event")
-				wire := len(plain)
+				sent := len(plain)
 				if gz {
-					wire = zipped.Len()
+					sent = zipped.Len()
 				}
-				b.ReportMetric(float64(wire)/250, "wire-B/event")
+				b.ReportMetric(float64(sent)/250, "wire-B/event")
 			})
 		}
 	}
@@ -326,10 +331,10 @@ func BenchmarkEncodeBody(b *testing.B) {
 func BenchmarkEncodeEvent(b *testing.B) {
 	m := Track{MessageID: "0b9a3c7e-4d8f-4f6a-9c1e-2b3d4f5a6b7c", UserID: "user-1234", Event: "Order Completed", Timestamp: time.Now(),
 		Properties: Properties{"plan": "pro", "amount": 42, "currency": "EUR", "trial": false}}
-	e := &encoder{}
+	e := &wire.Encoder{}
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
-		e.buf = e.buf[:0]
+		e.Reset(nil, libraryJSON)
 		_ = m.appendJSON(e)
 	}
 }

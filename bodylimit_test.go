@@ -64,7 +64,7 @@ func sendAgainstLimit(t *testing.T, limit, n int, told bool) (refused, accepted 
 	c := newTestClient(t, api, cb)
 	defer stop(c)
 	if told {
-		c.q.setBudget(min(c.q.maxBytes, limit-bodyFrame(appendString(nil, "wk"), nil)), c.q.flushAt)
+		c.q.setBudget(min(c.q.maxBytes, limit-frameSize("wk", nil)), c.q.flushAt)
 	}
 	for i := range n {
 		require.NoError(t, c.Track(small(fmt.Sprintf("e%05d", i))))

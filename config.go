@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/relaykit/analytics-go/internal/shared"
+	"github.com/relaykit/analytics-go/internal/wire"
 	"go.uber.org/zap"
 )
 
@@ -114,7 +115,7 @@ type settings struct {
 	capacitySet   bool           // WithQueueCapacity was given (else durable mode takes DefaultDurableQueueCapacity)
 	errs          []error
 
-	defaultContext, defaultProperties map[string]any    // see defaults.go
+	defaultContext, defaultProperties map[string]any    // WithDefaultContext, WithDefaultProperties (see defaults)
 	attemptHook                       func(AttemptInfo) // WithAttemptHook
 	compat                            shared.Compat     // the segmentv3 seams (see the init below)
 	// newTransport, when set (by tests), makes each consumer's transport
@@ -443,6 +444,13 @@ func WithDiskBuffer(dir string, opts ...DiskOption) Option {
 	})
 }
 
+// checkDefaults encodes m once, so that a value that is not JSON fails New
+// instead of every enqueue call.
+func checkDefaults(m map[string]any) error {
+	_, err := wire.EncodeMembers(m)
+	return err
+}
+
 func defaultSettings(writeKey string) settings {
 	return settings{
 		Config: Config{
@@ -526,7 +534,7 @@ func (s *settings) queueOptions() queueOptions {
 		flushAt:     s.FlushAt,
 		interval:    s.FlushInterval,
 		maxBytes:    batchEventBytes - len(s.compat.BodyFields),
-		perEvent:    eventSentAtExtra(s.EventSentAt),
+		perEvent:    wire.PerEvent(s.EventSentAt),
 		markBatches: markBatches(s.Consumers),
 	}
 }
@@ -534,7 +542,8 @@ func (s *settings) queueOptions() queueOptions {
 // bodyFrame is the size of a request body without its events: the frame
 // around them with the write key and the compatibility BodyFields.
 func (s *settings) bodyFrame() int {
-	return bodyFrame(appendString(nil, s.writeKey), s.compat.BodyFields)
+	frame := wire.NewFrame(s.writeKey, s.compat.BodyFields, s.EventSentAt)
+	return frame.Size()
 }
 
 // retryPolicy is the counted-retry policy of the settings (R26–R28);

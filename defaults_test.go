@@ -211,9 +211,9 @@ func TestDefaultsSplicedMatchPlainMerge(t *testing.T) {
 		}
 		for _, m := range msgs {
 			sc := getScratch()
-			sc.enc.defaults = d
+			sc.use(d, false)
 			_, err := prepareMessage(sc, m, false)
-			got := append([]byte(nil), sc.enc.buf...)
+			got := append([]byte(nil), sc.Enc.Bytes()...)
 			putScratch(sc)
 			require.NoError(t, err)
 			require.NoError(t, noDuplicateKeys(got), "%s", got)

@@ -394,10 +394,11 @@ func sizedTrack(t testing.TB, id string, n int) Track {
 	m := Track{MessageID: id, UserID: "u", Event: "e", Timestamp: time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC)}
 	size := func(m Track) int {
 		sc := getScratch()
+		sc.use(nil, false)
 		defer putScratch(sc)
 		_, err := m.prepare(sc, false)
 		require.NoError(t, err)
-		return len(sc.enc.buf)
+		return len(sc.Enc.Bytes())
 	}
 	m.Properties = Properties{"pad": ""}
 	pad := n - size(m)

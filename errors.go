@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/relaykit/analytics-go/internal/httpbatch"
+	"github.com/relaykit/analytics-go/internal/wire"
 )
 
 // Errors returned synchronously by the enqueue calls (Track, Identify, …),
@@ -88,6 +89,23 @@ func (e *MessageError) Is(target error) bool { return target == ErrInvalidMessag
 
 // Unwrap returns the encoding error, if any.
 func (e *MessageError) Unwrap() error { return e.Err }
+
+// fieldNames are the message fields of the JSON keys that hold maps, for
+// MessageError.Field: the same name for the same field in every message
+// type.
+var fieldNames = map[string]string{
+	"properties": "Properties", "traits": "Traits", "context": "Context", "integrations": "Integrations",
+}
+
+// messageErrorOf is the *MessageError of a map the encoder could not
+// encode (nil for none): Field is the message field ("Properties"), Path
+// the key path of the value, from the JSON key.
+func messageErrorOf(fe *wire.FieldError) error {
+	if fe == nil {
+		return nil
+	}
+	return &MessageError{Type: fe.Type, Field: fieldNames[fe.Key], Path: fe.Path, Reason: "cannot be encoded", Err: fe.Err}
+}
 
 // ErrorKind classifies an *HTTPError.
 type ErrorKind string

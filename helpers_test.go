@@ -14,10 +14,12 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/relaykit/analytics-go/internal/wire"
 )
 
 func TestMain(m *testing.M) {
-	poisonFreedSlabs = true
+	wire.PoisonFreedSlabs = true
 	goleak.VerifyTestMain(m)
 }
 
@@ -301,4 +303,11 @@ func window(k int) (time.Duration, time.Duration) {
 		d = 60 * time.Second
 	}
 	return time.Duration(float64(d) * 0.9), time.Duration(float64(d) * 1.1)
+}
+
+// frameSize is the frame of the bodies of a client with this write key and
+// these shared.Compat BodyFields.
+func frameSize(writeKey string, bodyFields []byte) int {
+	f := wire.NewFrame(writeKey, bodyFields, false)
+	return f.Size()
 }

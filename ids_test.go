@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 )
 
 // R65: an id that is blank after trimming white space and invisible
@@ -47,11 +46,4 @@ func TestBlankIDsRejectedAtEnqueue(t *testing.T) {
 		assert.NoError(t, c.Enqueue(m), "%#v", m)
 	}
 	assert.EqualValues(t, 7, c.Stats().RejectedInvalid)
-}
-
-// The 128 random bits land in the UUID in order, hi first, with the version
-// and variant bits set.
-func TestAppendUUIDFromLayout(t *testing.T) {
-	got := string(appendUUIDFrom([]byte("id:"), 0x0123456789abcdef, 0xfedcba9876543210))
-	require.Equal(t, "id:01234567-89ab-4def-bedc-ba9876543210", got)
 }

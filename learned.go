@@ -44,7 +44,7 @@ const (
 // queue's byte and event budgets when it learns something.
 type learnedLimits struct {
 	q        *queue
-	frame    int // bodyFrame: what a body adds around its events; batches close at the learned body limit less this (R67)
+	frame    int // wire.Frame.Size: what a body adds around its events; batches close at the learned body limit less this (R67)
 	flushAt  int // the configured FlushAt
 	maxBytes int // the configured byte budget of a batch's events (R45)
 
@@ -66,7 +66,7 @@ type learnedLimits struct {
 	events atomic.Int64 // learned events per batch; 0: none (Stats.EventLimit)
 }
 
-// newLearnedLimits starts with nothing learned; frame is the bodyFrame of
+// newLearnedLimits starts with nothing learned; frame is the wire.Frame.Size of
 // the client's bodies.
 func newLearnedLimits(q *queue, frame int) *learnedLimits {
 	return &learnedLimits{q: q, frame: frame, flushAt: q.flushAt, maxBytes: q.maxBytes}

@@ -1,9 +1,13 @@
 package analytics
 
 import (
+	"fmt"
 	"reflect"
 	"strings"
+	"sync"
 	"time"
+
+	"github.com/relaykit/analytics-go/internal/wire"
 )
 
 // Properties are the free-form properties of a Track, Page or Screen event.
@@ -43,7 +47,7 @@ type Message interface {
 	// the caller set one).
 	ID() string
 
-	appendJSON(e *encoder) error
+	appendJSON(e *wire.Encoder) error
 }
 
 // Track records an action a user performed (Segment spec: track).
@@ -246,41 +250,41 @@ func (m Screen) ID() string { return m.MessageID }
 // ID implements Message.
 func (m Alias) ID() string { return m.MessageID }
 
-func (m Track) appendJSON(e *encoder) error {
-	e.header("track", m.MessageID, m.Timestamp, m.UserID, m.AnonymousID)
-	e.stringField("event", m.Event)
-	return e.tail("properties", m.Properties, m.Context, m.Integrations)
+func (m Track) appendJSON(e *wire.Encoder) error {
+	e.Header("track", m.MessageID, m.Timestamp, m.UserID, m.AnonymousID)
+	e.StringField("event", m.Event)
+	return messageErrorOf(e.Tail("properties", m.Properties, m.Context, m.Integrations))
 }
 
-func (m Identify) appendJSON(e *encoder) error {
-	e.header("identify", m.MessageID, m.Timestamp, m.UserID, m.AnonymousID)
-	return e.tail("traits", m.Traits, m.Context, m.Integrations)
+func (m Identify) appendJSON(e *wire.Encoder) error {
+	e.Header("identify", m.MessageID, m.Timestamp, m.UserID, m.AnonymousID)
+	return messageErrorOf(e.Tail("traits", m.Traits, m.Context, m.Integrations))
 }
 
-func (m Group) appendJSON(e *encoder) error {
-	e.header("group", m.MessageID, m.Timestamp, m.UserID, m.AnonymousID)
-	e.stringField("groupId", m.GroupID)
-	return e.tail("traits", m.Traits, m.Context, m.Integrations)
+func (m Group) appendJSON(e *wire.Encoder) error {
+	e.Header("group", m.MessageID, m.Timestamp, m.UserID, m.AnonymousID)
+	e.StringField("groupId", m.GroupID)
+	return messageErrorOf(e.Tail("traits", m.Traits, m.Context, m.Integrations))
 }
 
-func (m Page) appendJSON(e *encoder) error {
-	e.header("page", m.MessageID, m.Timestamp, m.UserID, m.AnonymousID)
-	e.optionalString("name", m.Name)
-	e.optionalString("category", m.Category)
-	return e.tail("properties", m.Properties, m.Context, m.Integrations)
+func (m Page) appendJSON(e *wire.Encoder) error {
+	e.Header("page", m.MessageID, m.Timestamp, m.UserID, m.AnonymousID)
+	e.OptionalString("name", m.Name)
+	e.OptionalString("category", m.Category)
+	return messageErrorOf(e.Tail("properties", m.Properties, m.Context, m.Integrations))
 }
 
-func (m Screen) appendJSON(e *encoder) error {
-	e.header("screen", m.MessageID, m.Timestamp, m.UserID, m.AnonymousID)
-	e.optionalString("name", m.Name)
-	e.optionalString("category", m.Category)
-	return e.tail("properties", m.Properties, m.Context, m.Integrations)
+func (m Screen) appendJSON(e *wire.Encoder) error {
+	e.Header("screen", m.MessageID, m.Timestamp, m.UserID, m.AnonymousID)
+	e.OptionalString("name", m.Name)
+	e.OptionalString("category", m.Category)
+	return messageErrorOf(e.Tail("properties", m.Properties, m.Context, m.Integrations))
 }
 
-func (m Alias) appendJSON(e *encoder) error {
-	e.header("alias", m.MessageID, m.Timestamp, m.UserID, m.AnonymousID)
-	e.stringField("previousId", m.PreviousID)
-	return e.tail("", nil, m.Context, m.Integrations)
+func (m Alias) appendJSON(e *wire.Encoder) error {
+	e.Header("alias", m.MessageID, m.Timestamp, m.UserID, m.AnonymousID)
+	e.StringField("previousId", m.PreviousID)
+	return messageErrorOf(e.Tail("", nil, m.Context, m.Integrations))
 }
 
 // Pointer receivers satisfy Message too, so *Track can be passed to Enqueue.
@@ -288,6 +292,217 @@ var (
 	_ Message = Track{}
 	_ Message = (*Track)(nil)
 )
+
+// The enqueue path up to the queue: prepareMessage validates an event,
+// stamps it and encodes it into a scratch (package internal/wire's
+// encoder, slab and id block) with what the client adds to every event:
+// context.library and the default maps.
+
+// scratch is the hot path's working state, one per P through sync.Pool, so
+// an enqueue call costs one Get and one Put: the wire encoder, slab and id
+// block (wire.Scratch), and what the call's client adds.
+type scratch struct {
+	wire.Scratch
+	defaults *defaults // the client's, for the copy callbacks get (detach)
+
+	// Set only by prepareDetached (analyticstest's Fake): a clock and an id
+	// generator that replace time.Now and the id block. Nil in the client.
+	clock func() time.Time
+	newID func() string
+}
+
+var scratches = sync.Pool{New: func() any { return &scratch{Scratch: wire.NewScratch()} }}
+
+// libraryJSON is the context.library value every event carries.
+const libraryJSON = `{"name":"` + LibraryName + `","version":"` + Version + `"}`
+
+// detachedScratch is a scratch outside the pool with the Fake's clock
+// and id generator (see prepareDetached).
+func detachedScratch(now func() time.Time, newID func() string) *scratch {
+	s := &scratch{clock: now, newID: newID}
+	s.use(nil, false)
+	return s
+}
+
+// getScratch returns a scratch from the pool; use sets what its encoder
+// adds.
+func getScratch() *scratch { return scratches.Get().(*scratch) }
+
+// use empties s for the next event, which gets the defaults d (nil for
+// none) and, unless noLibrary (shared.Compat NoLibrary), context.library.
+func (s *scratch) use(d *defaults, noLibrary bool) {
+	library := libraryJSON
+	if noLibrary {
+		library = ""
+	}
+	s.Enc.Reset(d.encodedMaps(), library)
+	s.defaults = d
+}
+
+func putScratch(s *scratch) {
+	s.defaults = nil
+	s.Clean()
+	scratches.Put(s)
+}
+
+// now is the timestamp stamped on an event without one, always in UTC.
+func (s *scratch) now() time.Time {
+	if s.clock != nil {
+		return s.clock().UTC()
+	}
+	return time.Now().UTC()
+}
+
+// messageID is a new message id: from the Fake's generator, or cut from
+// the id block.
+func (s *scratch) messageID() string {
+	if s.newID != nil {
+		return s.newID()
+	}
+	return s.MessageID()
+}
+
+// NewMessageID returns a new message id, as the client generates for events
+// whose MessageID is empty: a random (version 4) UUID. Set it on a message
+// before enqueueing it to know the id in advance (for example to correlate
+// callbacks or logs). Safe for concurrent use.
+func NewMessageID() string {
+	s := scratches.Get().(*scratch)
+	id := s.MessageID()
+	scratches.Put(s)
+	return id
+}
+
+// stamp fills the fields the SDK owns, never overwriting the caller's (R2).
+// An empty id is filled only withID (callbacks will read it); otherwise the
+// encoder writes a fresh id straight into the JSON, and no string is made.
+func stamp(id *string, ts *time.Time, s *scratch, withID bool) {
+	if *id == "" && withID {
+		*id = s.messageID()
+	}
+	if ts.IsZero() {
+		*ts = s.now()
+	}
+}
+
+// prepareMessage validates m, stamps it and encodes it into sc's encoder;
+// with keep it also returns the copy callbacks get. A nil or unknown
+// Message is a *MessageError. The client and analyticstest's Fake both
+// call it (see prepareDetached), so they cannot disagree.
+func prepareMessage(sc *scratch, m Message, keep bool) (Message, error) {
+	switch v := m.(type) {
+	case Track:
+		return v.prepare(sc, keep)
+	case Identify:
+		return v.prepare(sc, keep)
+	case Group:
+		return v.prepare(sc, keep)
+	case Page:
+		return v.prepare(sc, keep)
+	case Screen:
+		return v.prepare(sc, keep)
+	case Alias:
+		return v.prepare(sc, keep)
+	case *Track:
+		if v != nil {
+			return v.prepare(sc, keep)
+		}
+	case *Identify:
+		if v != nil {
+			return v.prepare(sc, keep)
+		}
+	case *Group:
+		if v != nil {
+			return v.prepare(sc, keep)
+		}
+	case *Page:
+		if v != nil {
+			return v.prepare(sc, keep)
+		}
+	case *Screen:
+		if v != nil {
+			return v.prepare(sc, keep)
+		}
+	case *Alias:
+		if v != nil {
+			return v.prepare(sc, keep)
+		}
+	}
+	return nil, notAMessage(m)
+}
+
+// defaults are the maps of WithDefaultContext and WithDefaultProperties,
+// copied when New applies the options and read-only afterwards, so every
+// consumer and enqueue call may read them without a lock.
+type defaults struct {
+	context    map[string]any
+	properties map[string]any
+
+	// The same entries encoded once, at New; the encoder splices them into
+	// each event's JSON.
+	encoded wire.Defaults
+}
+
+// encodedMaps is what the encoder merges under an event's maps: nil for
+// no defaults.
+func (d *defaults) encodedMaps() *wire.Defaults {
+	if d == nil {
+		return nil
+	}
+	return &d.encoded
+}
+
+// newDefaults returns the client's defaults, or nil when there are none, so
+// that enqueue calls without the options do no extra work. The options
+// have checked that the maps encode.
+func newDefaults(ctx, props map[string]any) *defaults {
+	if len(ctx) == 0 && len(props) == 0 {
+		return nil
+	}
+	d := &defaults{}
+	if len(ctx) > 0 {
+		d.context = ctx
+		d.encoded.Context, _ = wire.EncodeMembers(ctx)
+	}
+	if len(props) > 0 {
+		d.properties = props
+		d.encoded.Properties, _ = wire.EncodeMembers(props)
+	}
+	return d
+}
+
+// mergeContext returns the Context callbacks get: a copy of own with the
+// default entries it lacks (nil when both are empty).
+func (d *defaults) mergeContext(own map[string]any) map[string]any {
+	if d == nil {
+		return cloneMap(own)
+	}
+	return mergeMaps(own, d.context)
+}
+
+// mergeProperties is mergeContext for Properties.
+func (d *defaults) mergeProperties(own map[string]any) map[string]any {
+	if d == nil {
+		return cloneMap(own)
+	}
+	return mergeMaps(own, d.properties)
+}
+
+// mergeMaps copies own's top level and adds under's entries whose keys own
+// lacks. It returns nil when own is nil and under is empty.
+func mergeMaps(own, under map[string]any) map[string]any {
+	if len(under) == 0 {
+		return cloneMap(own)
+	}
+	out := make(map[string]any, len(own)+len(under))
+	for k, v := range under {
+		out[k] = v
+	}
+	for k, v := range own {
+		out[k] = v
+	}
+	return out
+}
 
 // prepare validates m, stamps it (see stamp) and encodes it into s's
 // encoder; with keep it also returns the copy that callbacks get. The
@@ -305,9 +520,9 @@ func (m Track) prepare(s *scratch, keep bool) (kept Message, err error) {
 	}
 	stamp(&m.MessageID, &m.Timestamp, s, keep)
 	if keep {
-		kept = m.detach(s.enc.defaults)
+		kept = m.detach(s.defaults)
 	}
-	return kept, m.appendJSON(&s.enc)
+	return kept, m.appendJSON(&s.Enc)
 }
 
 func (m Track) detach(d *defaults) Message {
@@ -322,9 +537,9 @@ func (m Identify) prepare(s *scratch, keep bool) (kept Message, err error) {
 	}
 	stamp(&m.MessageID, &m.Timestamp, s, keep)
 	if keep {
-		kept = m.detach(s.enc.defaults)
+		kept = m.detach(s.defaults)
 	}
-	return kept, m.appendJSON(&s.enc)
+	return kept, m.appendJSON(&s.Enc)
 }
 
 func (m Identify) detach(d *defaults) Message {
@@ -339,9 +554,9 @@ func (m Group) prepare(s *scratch, keep bool) (kept Message, err error) {
 	}
 	stamp(&m.MessageID, &m.Timestamp, s, keep)
 	if keep {
-		kept = m.detach(s.enc.defaults)
+		kept = m.detach(s.defaults)
 	}
-	return kept, m.appendJSON(&s.enc)
+	return kept, m.appendJSON(&s.Enc)
 }
 
 func (m Group) detach(d *defaults) Message {
@@ -356,9 +571,9 @@ func (m Page) prepare(s *scratch, keep bool) (kept Message, err error) {
 	}
 	stamp(&m.MessageID, &m.Timestamp, s, keep)
 	if keep {
-		kept = m.detach(s.enc.defaults)
+		kept = m.detach(s.defaults)
 	}
-	return kept, m.appendJSON(&s.enc)
+	return kept, m.appendJSON(&s.Enc)
 }
 
 func (m Page) detach(d *defaults) Message {
@@ -373,9 +588,9 @@ func (m Screen) prepare(s *scratch, keep bool) (kept Message, err error) {
 	}
 	stamp(&m.MessageID, &m.Timestamp, s, keep)
 	if keep {
-		kept = m.detach(s.enc.defaults)
+		kept = m.detach(s.defaults)
 	}
-	return kept, m.appendJSON(&s.enc)
+	return kept, m.appendJSON(&s.Enc)
 }
 
 func (m Screen) detach(d *defaults) Message {
@@ -390,15 +605,43 @@ func (m Alias) prepare(s *scratch, keep bool) (kept Message, err error) {
 	}
 	stamp(&m.MessageID, &m.Timestamp, s, keep)
 	if keep {
-		kept = m.detach(s.enc.defaults)
+		kept = m.detach(s.defaults)
 	}
-	return kept, m.appendJSON(&s.enc)
+	return kept, m.appendJSON(&s.Enc)
 }
 
 func (m Alias) detach(d *defaults) Message {
 	c := cloneStrings([5]string{m.MessageID, m.UserID, m.AnonymousID, m.PreviousID})
 	return Alias{MessageID: c[0], UserID: c[1], AnonymousID: c[2], PreviousID: c[3], Timestamp: cloneTime(m.Timestamp),
 		Context: d.mergeContext(m.Context), Integrations: cloneMap(m.Integrations)}
+}
+
+// messageOf is the message s was encoded from.
+func messageOf(s *wire.Stored) (Message, error) {
+	s.Timestamp = s.Timestamp.UTC() // as the client stamps (an offset from elsewhere is normalised)
+	switch s.Type {
+	case "track":
+		return Track{MessageID: s.MessageID, UserID: s.UserID, AnonymousID: s.AnonymousID, Event: s.Event,
+			Timestamp: s.Timestamp, Properties: s.Properties, Context: s.Context, Integrations: s.Integrations}, nil
+	case "identify":
+		return Identify{MessageID: s.MessageID, UserID: s.UserID, AnonymousID: s.AnonymousID,
+			Timestamp: s.Timestamp, Traits: s.Traits, Context: s.Context, Integrations: s.Integrations}, nil
+	case "group":
+		return Group{MessageID: s.MessageID, UserID: s.UserID, AnonymousID: s.AnonymousID, GroupID: s.GroupID,
+			Timestamp: s.Timestamp, Traits: s.Traits, Context: s.Context, Integrations: s.Integrations}, nil
+	case "page":
+		return Page{MessageID: s.MessageID, UserID: s.UserID, AnonymousID: s.AnonymousID, Name: s.Name,
+			Category: s.Category, Timestamp: s.Timestamp, Properties: s.Properties, Context: s.Context,
+			Integrations: s.Integrations}, nil
+	case "screen":
+		return Screen{MessageID: s.MessageID, UserID: s.UserID, AnonymousID: s.AnonymousID, Name: s.Name,
+			Category: s.Category, Timestamp: s.Timestamp, Properties: s.Properties, Context: s.Context,
+			Integrations: s.Integrations}, nil
+	case "alias":
+		return Alias{MessageID: s.MessageID, UserID: s.UserID, AnonymousID: s.AnonymousID, PreviousID: s.PreviousID,
+			Timestamp: s.Timestamp, Context: s.Context, Integrations: s.Integrations}, nil
+	}
+	return nil, fmt.Errorf("unknown message type %q", s.Type)
 }
 
 // cloneStrings copies the strings of in into one new allocation.

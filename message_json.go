@@ -2,10 +2,10 @@ package analytics
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
+
+	"github.com/relaykit/analytics-go/internal/wire"
 )
 
 // A message's JSON is the event as the tracking API receives it (the
@@ -80,7 +80,7 @@ func UnmarshalMessage(data []byte) (Message, error) {
 	if s.Type == "" {
 		return nil, errors.New(`analytics: UnmarshalMessage: the JSON has no "type" (track, identify, group, page, screen or alias)`)
 	}
-	m, err := s.message()
+	m, err := messageOf(s)
 	if err != nil {
 		return nil, fmt.Errorf("analytics: UnmarshalMessage: %w", err)
 	}
@@ -91,11 +91,11 @@ func UnmarshalMessage(data []byte) (Message, error) {
 // minus what the client adds (defaults, context.library); see
 // Track.MarshalJSON.
 func marshalMessage(m Message) ([]byte, error) {
-	e := encoder{noLibrary: true}
+	var e wire.Encoder // adds nothing
 	if err := m.appendJSON(&e); err != nil {
 		return nil, err
 	}
-	b := e.buf
+	b := e.Bytes()
 	// The encoder always writes {"type":"…","messageId":"…","timestamp":"…"
 	// first (header), with a fresh id for an empty one: cut what the
 	// caller did not set.
@@ -122,19 +122,43 @@ func marshalMessage(m Message) ([]byte, error) {
 	return b, nil
 }
 
-// decodeStored reads exactly one JSON object into a storedMessage, with
-// numbers as json.Number; fn names the caller in errors.
-func decodeStored(data []byte, fn string) (*storedMessage, error) {
-	var s storedMessage
-	d := json.NewDecoder(bytes.NewReader(data))
-	d.UseNumber()
-	if err := d.Decode(&s); err != nil {
-		return nil, fmt.Errorf("analytics: %s: %w", fn, err)
+// decodeMessage turns an event's JSON, as the client encodes it, back into
+// the message type it was encoded from, for the test server of package
+// analyticstest (through internal/shared). Numbers come back as float64
+// and nested objects as map[string]any, as encoding/json decodes them;
+// Context includes the "library" entry the client added.
+func decodeMessage(data []byte) (Message, error) {
+	s, err := wire.Decode(data, wire.Float64s)
+	if err != nil {
+		return nil, err
 	}
-	if _, err := d.Token(); err != io.EOF {
+	return messageOf(s)
+}
+
+// rebuildMessage is decodeMessage for the client's callbacks: the messages
+// of events that kept no copy (see WithOnError) and of replayed events. A
+// number written without a fraction or an exponent that fits in an int
+// comes back as an int, as the caller most likely gave it; every other
+// number is a float64.
+func rebuildMessage(data []byte) (Message, error) {
+	s, err := wire.Decode(data, wire.Ints)
+	if err != nil {
+		return nil, err
+	}
+	return messageOf(s)
+}
+
+// decodeStored reads exactly one JSON object, with numbers as
+// json.Number; fn names the caller in errors.
+func decodeStored(data []byte, fn string) (*wire.Stored, error) {
+	s, err := wire.DecodeOne(data)
+	if errors.Is(err, wire.ErrTrailing) {
 		return nil, fmt.Errorf("analytics: %s: data after the JSON object (pass one event at a time)", fn)
 	}
-	return &s, nil
+	if err != nil {
+		return nil, fmt.Errorf("analytics: %s: %w", fn, err)
+	}
+	return s, nil
 }
 
 // unmarshalInto is UnmarshalJSON for the message type typ, stored in dst.
@@ -152,7 +176,7 @@ func unmarshalInto[M Message](data []byte, typ string, dst *M) error {
 	if s.Type != typ {
 		return fmt.Errorf("analytics: JSON of a %q event cannot be read into a %s (use UnmarshalMessage)", s.Type, typ)
 	}
-	m, err := s.message()
+	m, err := messageOf(s)
 	if err != nil {
 		return err
 	}

@@ -649,7 +649,7 @@ func TestGateClosedAfterTakeSendsNothing(t *testing.T) {
 			settle: &settler{log: zap.NewNop(), q: q},
 			policy: retryPolicy{maxRetries: 1, maxBackoffTotal: time.Hour, delay: defaultBackoffPolicy().delay, httpTimeout: time.Second},
 			log:    zap.NewNop(), interrupt: context.Background(),
-			limits: newLearnedLimits(q, bodyFrame(appendString(nil, "wk"), nil)),
+			limits: newLearnedLimits(q, frameSize("wk", nil)),
 		}
 		// Another consumer's 429 closed the gate for 2 s; its batch waits
 		// until then, "mine" (turned back below) is due at once.

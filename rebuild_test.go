@@ -277,7 +277,7 @@ func TestOnErrorMessagesRebuiltMatchCopies(t *testing.T) {
 			require.NoError(t, closeClient(t, c, time.Second))
 			for i, m := range msgs {
 				sc := getScratch()
-				sc.enc.defaults = d
+				sc.use(d, false)
 				kept, err := prepareMessage(sc, m, true)
 				putScratch(sc)
 				require.NoError(t, err)

@@ -1,13 +1,12 @@
 package analytics
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"net/http"
 	"time"
 
 	"github.com/relaykit/analytics-go/internal/httpbatch"
+	"github.com/relaykit/analytics-go/internal/wire"
 	"go.uber.org/zap"
 )
 
@@ -85,16 +84,13 @@ type attemptResult struct {
 // and an internal/httpbatch Sender, whose verdict it maps onto the
 // engine's outcomes and the public errors. Each consumer owns one.
 type sender struct {
-	http      *httpbatch.Sender
-	writeKey  []byte // JSON-encoded once
-	eventSent bool
-	extra     []byte      // shared.Compat BodyFields
-	frame     int         // bodyFrame of writeKey and extra
-	log       *zap.Logger // for the warning about an invalid Retry-After
+	http  *httpbatch.Sender
+	frame wire.Frame  // the body around the events: write key, shared.Compat BodyFields, per-event sentAt
+	log   *zap.Logger // for the warning about an invalid Retry-After
 }
 
 func newSender(s *settings, client *http.Client) *sender {
-	key := appendString(nil, s.writeKey)
+	key := wire.AppendString(nil, s.writeKey)
 	return &sender{
 		http: httpbatch.New(httpbatch.Config{
 			Client:    client,
@@ -105,11 +101,8 @@ func newSender(s *settings, client *http.Client) *sender {
 			Gzip:      s.Gzip,
 			Log:       s.logger,
 		}),
-		writeKey:  key,
-		eventSent: s.EventSentAt,
-		extra:     s.compat.BodyFields,
-		frame:     bodyFrame(key, s.compat.BodyFields),
-		log:       s.logger,
+		frame: wire.NewFrame(s.writeKey, s.compat.BodyFields, s.EventSentAt),
+		log:   s.logger,
 	}
 }
 
@@ -120,7 +113,9 @@ func newHTTPClient(s *settings) *http.Client { return httpbatch.NewClient(s.http
 
 // attempt sends b through httpbatch and maps its verdict (fromHTTP).
 func (s *sender) attempt(ctx context.Context, b *batch, bearer string) attemptResult {
-	body := func(buf []byte, sentAt time.Time) []byte { return s.encodeBody(buf, b, sentAt) }
+	// The body: {"batch":[…],"sentAt":…,"writeKey":…}, sentAt being the time
+	// of the attempt (R4), on every event too with WithEventSentAt (R59).
+	body := func(buf []byte, sentAt time.Time) []byte { return s.frame.Encode(buf, b, sentAt) }
 	r := s.http.Send(ctx, httpbatch.Attempt{Body: body, Retry: b.attempts, Bearer: bearer})
 	if r.InvalidRetryAfter {
 		s.log.Warn("unparseable Retry-After; retrying with backoff", // R25, R51
@@ -161,60 +156,6 @@ func fromHTTP(r httpbatch.Result) attemptResult {
 	return a
 }
 
-// bodyFrame is the most a body adds around its events (their JSON and
-// the commas between them): the envelope, the longest sentAt, the write
-// key as encoded (writeKey) and the shared.Compat BodyFields members
-// (extra), as encodeBody writes them. It is the one formula for the frame:
-// encodeBody sizes its buffer with it, and the learned body limit leaves
-// room for it (R67).
-func bodyFrame(writeKey, extra []byte) int {
-	n := len(`{"batch":[],"sentAt":"","writeKey":}`) + maxTimestampBytes + len(writeKey)
-	if len(extra) > 0 {
-		n += 1 + len(extra) // the comma before the members
-	}
-	return n
-}
-
 // maxBodyFields is the most shared.Compat BodyFields may take of a batch:
 // the rest still holds one event of MaxEventBytes.
 const maxBodyFields = batchEventBytes - MaxEventBytes
-
-// validBodyFields reports whether members are JSON object members that
-// take none of the body's own keys, within maxBodyFields.
-func validBodyFields(members []byte) bool {
-	if len(members) > maxBodyFields {
-		return false
-	}
-	obj := append(append([]byte{'{'}, members...), '}')
-	var m map[string]json.RawMessage
-	if bytes.HasPrefix(bytes.TrimSpace(members), []byte{','}) || json.Unmarshal(obj, &m) != nil {
-		return false
-	}
-	_, batch := m["batch"]
-	_, sentAt := m["sentAt"]
-	_, key := m["writeKey"]
-	return !batch && !sentAt && !key
-}
-
-// encodeBody writes {"batch":[…],"sentAt":…,"writeKey":…} into buf; sentAt
-// is the time of this attempt (R4), on every event too with WithEventSentAt
-// (R59).
-func (s *sender) encodeBody(buf []byte, b *batch, sentAt time.Time) []byte {
-	var text [64]byte
-	stamp := appendTimestamp(text[:0], sentAt.UTC(), nil)
-	// The size is known: allocate once rather than grow by doubling.
-	if need := b.inBody(eventSentAtExtra(s.eventSent)) + s.frame; cap(buf) < need {
-		buf = make([]byte, 0, need)
-	}
-	buf = append(buf[:0], `{"batch":[`...)
-	buf = appendEvents(buf, b.events, s.eventSent, stamp)
-	buf = append(buf, ']')
-	if len(s.extra) > 0 {
-		buf = append(append(buf, ','), s.extra...)
-	}
-	buf = append(buf, `,"sentAt":"`...)
-	buf = append(buf, stamp...)
-	buf = append(buf, `","writeKey":`...)
-	buf = append(buf, s.writeKey...)
-	return append(buf, '}')
-}

@@ -14,6 +14,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/relaykit/analytics-go/internal/wire"
 )
 
 // Event JSON lives in slabs that are reused once every event cut from them
@@ -70,9 +72,9 @@ func runIntegrity(t *testing.T, withCallbacks bool) {
 		r := rand.New(rand.NewPCG(uint64(p), uint64(from)))
 		for i := from; i < to; i++ {
 			id := fmt.Sprintf("p%d-%d", p, i)
-			size := 1 + r.IntN(slabSize/5) // a few events per slab, so slabs turn over often
+			size := 1 + r.IntN(wire.SlabSize/5) // a few events per slab, so slabs turn over often
 			if r.IntN(50) == 0 {
-				size = slabSize/4 + r.IntN(1000) // its own allocation
+				size = wire.SlabSize/4 + r.IntN(1000) // its own allocation
 			}
 			pad := strings.Repeat(string(rune('a'+(p*perProducer+i)%26)), size)
 			m := Track{MessageID: id, UserID: "u", Event: "e", Properties: Properties{"pad": pad, "i": i}}

@@ -238,7 +238,7 @@ func (d *durable) accept(ctx context.Context, wait bool, sc *scratch, withCopy M
 // acceptOnce is one try of accept.
 func (d *durable) acceptOnce(sc *scratch, withCopy Message) error {
 	q := d.q
-	data := sc.enc.buf
+	data := sc.Enc.Bytes()
 	var ev event
 	d.mu.Lock()
 	if err := d.append(&ev, data); err != nil {
@@ -246,7 +246,7 @@ func (d *durable) acceptOnce(sc *scratch, withCopy Message) error {
 		return err
 	}
 	if !d.spilling && !d.places.full() {
-		ev.data, ev.slab = sc.copyToSlab(data)
+		ev.data, ev.slab = sc.CopyToSlab(data)
 		ev.msg = withCopy
 		err := q.push(ev)
 		if err != ErrQueueFull {

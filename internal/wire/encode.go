@@ -1,4 +1,10 @@
-package analytics
+// Package wire is the client's wire format: the JSON of events, encoded
+// once when an event is accepted, and read back; message ids; the slabs
+// that hold event JSON; and the request body around a batch of events,
+// with the per-event sentAt. It knows nothing of the client: it takes the
+// library entry and the default maps from its caller and returns neutral
+// errors, which the caller turns into its own error types.
+package wire
 
 import (
 	"encoding/json"
@@ -17,30 +23,112 @@ import (
 // directly; anything else goes through encoding/json. Map keys are written
 // in map order (JSON objects are unordered).
 
-const maxNesting = 64
+// MaxNesting is how deep maps and lists may nest below an event's
+// top-level map (properties, traits, context, integrations).
+const MaxNesting = 64
 
-var errTooDeep = errors.New("nesting deeper than 64 levels (a cycle?)")
+// ErrTooDeep is the error of a value nested deeper than MaxNesting.
+var ErrTooDeep = errors.New("nesting deeper than 64 levels (a cycle?)")
 
-type encoder struct {
+// An Encoder writes one event's JSON at a time. Its zero value writes an
+// event as it is: no library entry, no defaults. Not safe for concurrent
+// use.
+type Encoder struct {
 	buf    []byte
 	err    error
 	typ    string     // the message type being written, for errors
 	second secondText // the last second a timestamp was written in
-	// defaults are the client's WithDefaultContext and
-	// WithDefaultProperties maps (nil without them), merged under the
-	// event's own maps.
-	defaults *defaults
+	// defaults are the encoded default maps (nil without them), merged
+	// under the event's own maps.
+	defaults *Defaults
+	// library is the JSON value of the context.library entry added to
+	// every event; "" adds none, and leaves an empty context out.
+	library string
 	// path is where the value that set err sits, innermost first: map
 	// keys and [i] array indexes, recorded as the error unwinds (so only
 	// a failing event pays for it). See keyPath.
 	path []string
-	// noLibrary: no context.library stamp, and no empty context (compat.go).
-	noLibrary bool
 }
 
-// header opens the object with the fields every message has. An empty id
-// gets a new random one (see stamp).
-func (e *encoder) header(typ, id string, ts time.Time, userID, anonymousID string) {
+// Defaults are the default maps an Encoder merges under each event's own,
+// encoded once. A nil member adds nothing.
+type Defaults struct {
+	Context    *Members // under every event's context
+	Properties *Members // under the properties of track, page and screen events
+}
+
+// newEncoder returns an Encoder with room for a typical event.
+func newEncoder() Encoder { return Encoder{buf: make([]byte, 0, 1024)} }
+
+// clean drops the defaults and an outsize buffer, for the next user.
+func (e *Encoder) clean() {
+	e.defaults = nil
+	if cap(e.buf) > 64<<10 { // do not keep a huge event's buffer
+		e.buf = make([]byte, 0, 1024)
+	}
+}
+
+// Reset empties e for the next event, which gets the library entry
+// library (the JSON value of context.library; "" for none) and the
+// defaults d (nil for none).
+func (e *Encoder) Reset(d *Defaults, library string) {
+	e.buf, e.err, e.defaults, e.library = e.buf[:0], nil, d, library
+}
+
+// Bytes is the JSON written since the last Reset. It stays valid until
+// the next Reset.
+func (e *Encoder) Bytes() []byte { return e.buf }
+
+// Members are the entries of a map as JSON object members, each
+// `"key":value`, encoded once and spliced into each event's object (see
+// Defaults).
+type Members struct {
+	keys    []string // keys[i] is the key of members[i]
+	members [][]byte
+	all     []byte // every member, comma-separated: for an event without a map of its own
+	library bool   // the map has a "library" entry (context only: it replaces the caller's)
+}
+
+// EncodeMembers encodes m's entries; nil for an empty m. A value that
+// cannot be encoded is an error naming its key path.
+func EncodeMembers(m map[string]any) (*Members, error) {
+	if len(m) == 0 {
+		return nil, nil
+	}
+	d := &Members{}
+	var e Encoder
+	for k, v := range m {
+		e.buf = e.buf[:0]
+		first := true
+		e.entry(&first, k, v, 0)
+		if e.err != nil {
+			return nil, fmt.Errorf("%s cannot be encoded as JSON: %w", e.keyPath(""), e.err)
+		}
+		member := append([]byte(nil), e.buf...)
+		d.keys, d.members = append(d.keys, k), append(d.members, member)
+		if len(d.all) > 0 {
+			d.all = append(d.all, ',')
+		}
+		d.all = append(d.all, member...)
+		if k == "library" {
+			d.library = true
+		}
+	}
+	return d, nil
+}
+
+// A FieldError is why one of an event's top-level maps could not be
+// encoded: the message type, the map's JSON key ("properties"), the key
+// path of the value from that key ("properties.revenue",
+// "context.device.ids[2]") and the cause.
+type FieldError struct {
+	Type, Key, Path string
+	Err             error
+}
+
+// Header opens the object with the fields every message has. An empty id
+// gets a new random one, written straight into the JSON.
+func (e *Encoder) Header(typ, id string, ts time.Time, userID, anonymousID string) {
 	e.typ = typ
 	e.buf = append(e.buf, `{"type":"`...)
 	e.buf = append(e.buf, typ...)
@@ -50,36 +138,40 @@ func (e *encoder) header(typ, id string, ts time.Time, userID, anonymousID strin
 		e.buf = appendUUID(e.buf)
 		e.buf = append(e.buf, '"')
 	} else {
-		e.buf = appendString(e.buf, id)
+		e.buf = AppendString(e.buf, id)
 	}
 	e.buf = append(e.buf, `,"timestamp":"`...)
 	e.buf = appendTimestamp(e.buf, ts, &e.second)
 	e.buf = append(e.buf, '"')
-	e.optionalString("userId", userID)
-	e.optionalString("anonymousId", anonymousID)
+	e.OptionalString("userId", userID)
+	e.OptionalString("anonymousId", anonymousID)
 }
 
-func (e *encoder) stringField(key, v string) {
+// StringField writes the member "key":v.
+func (e *Encoder) StringField(key, v string) {
 	e.buf = append(e.buf, ',', '"')
 	e.buf = append(e.buf, key...)
 	e.buf = append(e.buf, '"', ':')
-	e.buf = appendString(e.buf, v)
+	e.buf = AppendString(e.buf, v)
 }
 
-func (e *encoder) optionalString(key, v string) {
+// OptionalString writes the member "key":v unless v is empty.
+func (e *Encoder) OptionalString(key, v string) {
 	if v != "" {
-		e.stringField(key, v)
+		e.StringField(key, v)
 	}
 }
 
-// tail writes the free-form map (properties or traits), the context with
-// the library stamp, the integrations, and closes the object.
-func (e *encoder) tail(key string, m map[string]any, ctx, integrations map[string]any) error {
-	var defaultProps, defaultCtx *encodedDefaults
+// Tail writes the free-form map m under key (properties or traits; none
+// for an empty key), the context with the library entry, the
+// integrations, and closes the object. A value that cannot be encoded is
+// a *FieldError, and the JSON is then incomplete.
+func (e *Encoder) Tail(key string, m map[string]any, ctx, integrations map[string]any) *FieldError {
+	var defaultProps, defaultCtx *Members
 	if e.defaults != nil {
-		defaultCtx = e.defaults.encodedContext
+		defaultCtx = e.defaults.Context
 		if key == "properties" {
-			defaultProps = e.defaults.encodedProperties
+			defaultProps = e.defaults.Properties
 		}
 	}
 	if key != "" && (m != nil || defaultProps != nil) {
@@ -91,9 +183,9 @@ func (e *encoder) tail(key string, m map[string]any, ctx, integrations map[strin
 			return e.encodeError(key)
 		}
 	}
-	if !e.noLibrary || ctx != nil || defaultCtx != nil {
+	if e.library != "" || ctx != nil || defaultCtx != nil {
 		e.buf = append(e.buf, `,"context":`...)
-		e.merged(ctx, defaultCtx, !e.noLibrary)
+		e.merged(ctx, defaultCtx, e.library != "")
 		if e.err != nil {
 			return e.encodeError("context")
 		}
@@ -109,25 +201,17 @@ func (e *encoder) tail(key string, m map[string]any, ctx, integrations map[strin
 	return nil
 }
 
-// fieldNames are the message fields of the JSON keys that hold maps, for
-// MessageError.Field: the same name for the same field in every message
-// type.
-var fieldNames = map[string]string{
-	"properties": "Properties", "traits": "Traits", "context": "Context", "integrations": "Integrations",
-}
-
-// encodeError is the *MessageError of a map that could not be encoded: Field
-// is the message field ("Properties"), Path the key path of the value, from
-// the JSON key ("properties.revenue", "context.device.ids[2]").
-func (e *encoder) encodeError(jsonKey string) *MessageError {
-	me := &MessageError{Type: e.typ, Field: fieldNames[jsonKey], Path: e.keyPath(jsonKey), Reason: "cannot be encoded", Err: e.err}
+// encodeError is the *FieldError of the map under jsonKey that could not
+// be encoded.
+func (e *Encoder) encodeError(jsonKey string) *FieldError {
+	fe := &FieldError{Type: e.typ, Key: jsonKey, Path: e.keyPath(jsonKey), Err: e.err}
 	e.path = e.path[:0]
-	return me
+	return fe
 }
 
 // keyPath joins root and the recorded path: keys after a dot, indexes and
 // keys that are not plain words in brackets (properties["a.b"]).
-func (e *encoder) keyPath(root string) string {
+func (e *Encoder) keyPath(root string) string {
 	p := root
 	for i := len(e.path) - 1; i >= 0; i-- {
 		if el := e.path[i]; p == "" || el[0] == '[' {
@@ -152,20 +236,18 @@ func pathKey(k string) string {
 	return k
 }
 
-// libraryJSON is the context.library value every event carries.
-var libraryJSON = `{"name":"` + LibraryName + `","version":"` + Version + `"}`
-
 // merged writes one of an event's top-level maps: m, then the default
 // members whose keys m does not have (the event's own key wins, whatever
-// its value), as JSON encoded at New. With library set (the context), it
-// adds the library entry first unless m or the defaults have their own.
-func (e *encoder) merged(m map[string]any, under *encodedDefaults, library bool) {
+// its value), as encoded once (EncodeMembers). With library set (the
+// context), it adds the library entry first unless m or the defaults have
+// their own.
+func (e *Encoder) merged(m map[string]any, under *Members, library bool) {
 	e.buf = append(e.buf, '{')
 	first := true
 	if library {
 		if _, own := m["library"]; !own && (under == nil || !under.library) {
 			e.buf = append(e.buf, `"library":`...)
-			e.buf = append(e.buf, libraryJSON...)
+			e.buf = append(e.buf, e.library...)
 			first = false
 		}
 	}
@@ -198,9 +280,9 @@ func (e *encoder) merged(m map[string]any, under *encodedDefaults, library bool)
 }
 
 // object writes the JSON object m.
-func (e *encoder) object(m map[string]any, depth int) {
-	if depth > maxNesting {
-		e.err = errTooDeep
+func (e *Encoder) object(m map[string]any, depth int) {
+	if depth > MaxNesting {
+		e.err = ErrTooDeep
 		return
 	}
 	e.buf = append(e.buf, '{')
@@ -215,12 +297,12 @@ func (e *encoder) object(m map[string]any, depth int) {
 }
 
 // entry writes one "key":value member of an object.
-func (e *encoder) entry(first *bool, k string, v any, depth int) {
+func (e *Encoder) entry(first *bool, k string, v any, depth int) {
 	if !*first {
 		e.buf = append(e.buf, ',')
 	}
 	*first = false
-	e.buf = appendString(e.buf, k)
+	e.buf = AppendString(e.buf, k)
 	e.buf = append(e.buf, ':')
 	e.value(v, depth+1)
 	if e.err != nil {
@@ -228,12 +310,12 @@ func (e *encoder) entry(first *bool, k string, v any, depth int) {
 	}
 }
 
-func (e *encoder) value(v any, depth int) {
+func (e *Encoder) value(v any, depth int) {
 	switch x := v.(type) {
 	case nil:
 		e.buf = append(e.buf, "null"...)
 	case string:
-		e.buf = appendString(e.buf, x)
+		e.buf = AppendString(e.buf, x)
 	case bool:
 		e.buf = strconv.AppendBool(e.buf, x)
 	case int:
@@ -264,8 +346,8 @@ func (e *encoder) value(v any, depth int) {
 			if i > 0 {
 				e.buf = append(e.buf, ',')
 			}
-			if depth > maxNesting {
-				e.err = errTooDeep
+			if depth > MaxNesting {
+				e.err = ErrTooDeep
 			} else {
 				e.value(item, depth+1)
 			}
@@ -285,7 +367,7 @@ func (e *encoder) value(v any, depth int) {
 			if i > 0 {
 				e.buf = append(e.buf, ',')
 			}
-			e.buf = appendString(e.buf, s)
+			e.buf = AppendString(e.buf, s)
 		}
 		e.buf = append(e.buf, ']')
 	case time.Time:
@@ -325,7 +407,7 @@ func marshalValue(x any) (b []byte, err error) {
 // number writes a json.Number: it must be a JSON number that a server can
 // decode as a float64 (a magnitude up to about 1.8e308; smaller ones round
 // to 0). An empty Number is 0, as encoding/json writes it.
-func (e *encoder) number(n json.Number) {
+func (e *Encoder) number(n json.Number) {
 	s := string(n)
 	if s == "" {
 		s = "0"
@@ -388,7 +470,7 @@ func validJSONNumber(s string) bool {
 	return i == len(s)
 }
 
-func (e *encoder) float(f float64, bits int) {
+func (e *Encoder) float(f float64, bits int) {
 	if math.IsNaN(f) || math.IsInf(f, 0) {
 		e.err = fmt.Errorf("unsupported value %v", f)
 		return
@@ -403,11 +485,9 @@ func (e *encoder) float(f float64, bits int) {
 	e.buf = strconv.AppendFloat(e.buf, f, format, -1, bits)
 }
 
-const hexDigits = "0123456789abcdef"
-
-// appendString writes s as a JSON string. Invalid UTF-8 becomes U+FFFD, as
-// encoding/json does.
-func appendString(b []byte, s string) []byte {
+// AppendString writes s as a JSON string. Invalid UTF-8 becomes U+FFFD, as
+// encoding/json does; no HTML escaping.
+func AppendString(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0
 	i := plainPrefix(s)
