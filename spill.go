@@ -31,13 +31,13 @@ import (
 
 // durable is a client's disk buffer.
 type durable struct {
-	diskLog  *diskbuf.Log
+	diskLog  *diskbuf.Log // the on-disk log of events (internal/diskbuf)
 	dir      string
 	policy   FsyncPolicy
-	log      *zap.Logger
+	log      *zap.Logger   // the client's logger
 	syncStop chan struct{} // closed by close: the FsyncInterval goroutine ends
 	syncDone sync.WaitGroup
-	observer func()
+	observer func() // tests: called after each sync
 
 	replayed atomic.Int64 // events an earlier client left, less those found not to be events
 	skipped  atomic.Int64 // replayed records with a valid checksum but no JSON object
@@ -45,13 +45,13 @@ type durable struct {
 
 	// The disk as the buffer (see the top of this file).
 	q         *queue
-	places    *capacity // the queue's: what memory holds (R70)
-	stats     *counters
-	mu        sync.Mutex // an enqueue call's append and its memory-or-disk decision; the reader's hand-over
-	spilling  bool       // events go to disk only until the reader has caught up; guarded by mu
-	onDisk    int64      // accepted events on disk only, not read back yet; guarded by mu
-	runs      []epochRun // their ledger epochs, oldest first; guarded by mu
-	onDiskNow atomic.Int64
+	places    *capacity     // the queue's: what memory holds (R70)
+	stats     *counters     // the client's: lost events count as failed, kept ones as handed back
+	mu        sync.Mutex    // an enqueue call's append and its memory-or-disk decision; the reader's hand-over
+	spilling  bool          // events go to disk only until the reader has caught up; guarded by mu
+	onDisk    int64         // accepted events on disk only, not read back yet; guarded by mu
+	runs      []epochRun    // their ledger epochs, oldest first; guarded by mu
+	onDiskNow atomic.Int64  // onDisk, readable without mu (Stats.OnDisk)
 	spilled   atomic.Int64  // events accepted to disk only since New
 	wake      chan struct{} // cap 1: events went to disk only, or places were freed
 	readStop  chan struct{}
