@@ -148,6 +148,9 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 		retire:       make(chan struct{}),
 		limits:       newLearnedLimits(q, s.bodyFrame()),
 	}
+	if s.rampOff {
+		c.limits.endRamp()
+	}
 	if s.compat.FastClose {
 		c.noRetries = new(atomic.Bool)
 	}

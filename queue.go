@@ -259,20 +259,14 @@ func (q *queue) take(now time.Time) (*batch, time.Duration) {
 		q.mu.Unlock()
 		return nil, due.Sub(now)
 	}
-	b := newBatch(min(q.flushAt, q.n, 512))
-	for q.n > 0 && len(b.events) < q.flushAt {
+	k, bytes := q.fitting()
+	b := newBatch(k) // sized to what it takes: a batch may wait long in the room
+	for range k {
 		ev := &q.ring[q.head]
-		size := weight(ev.data, 0) // its JSON and the comma before it
-		if len(b.events) == 0 {
-			size-- // the first has none
-		}
-		if len(b.events) > 0 && b.inBody(q.perEvent)+size+q.perEvent > q.maxBytes {
-			break
-		}
 		b.events = append(b.events, *ev)
 		q.dropHead(ev)
-		b.bytes += size
 	}
+	b.bytes = bytes
 	q.noteMark()
 	more := q.n > 0
 	if more {
@@ -288,6 +282,25 @@ func (q *queue) take(now time.Time) (*batch, time.Duration) {
 		q.onTake()
 	}
 	return b, 0
+}
+
+// fitting is how many of the queued events, oldest first, the next batch
+// takes: at most flushAt, and as many as its body has room for (R45), at
+// least one; and what they take in a body before the per-event extra
+// (batch.bytes). q.mu is held.
+func (q *queue) fitting() (n, bytes int) {
+	for n < q.n && n < q.flushAt {
+		size := weight(q.ring[q.ringIndex(n)].data, 0) // its JSON and the comma before it
+		if n == 0 {
+			size-- // the first has none
+		}
+		if n > 0 && bytes+n*q.perEvent+size+q.perEvent > q.maxBytes {
+			break
+		}
+		bytes += size
+		n++
+	}
+	return n, bytes
 }
 
 // setBudget changes where batches close (R67, R68): at maxBytes of events
