@@ -172,7 +172,7 @@ func (r *waitingRoom) succeeded(now time.Time) (line outageLine) {
 	r.health.refill(now)
 	r.health.tokens = min(allowanceBurst, r.health.tokens+allowancePerSuccess)
 	horizon := now.Add(r.releaseMax)
-	if r.latest.IsZero() || !r.latest.After(horizon) {
+	if r.unpaced || r.latest.IsZero() || !r.latest.After(horizon) { // unpaced: each batch keeps its own schedule
 		r.mu.Unlock()
 		return line
 	}
