@@ -34,10 +34,10 @@ var (
 )
 
 // simCISeeds is the number of fixed seeds CI runs, plus simCINew new ones
-// drawn from the clock; under -race they take about 10 s on a loaded
+// drawn from the clock; under -race they take about 12 s on a loaded
 // 2-core machine.
 const (
-	simCISeeds = 150
+	simCISeeds = 350
 	simCINew   = 5
 	simWriteKey = "sim-write-key"
 )
@@ -241,7 +241,8 @@ type simAttempt struct {
 type simCall struct {
 	at  time.Time
 	msg analytics.Message
-	err error // nil: Success
+	err     error // the reason passed to Failure
+	failure bool
 }
 
 type simEnqueue struct {
@@ -431,11 +432,8 @@ func (c simCallback) Success(m analytics.Message) {
 }
 
 func (c simCallback) Failure(m analytics.Message, err error) {
-	if err == nil {
-		err = errors.New("sim: Failure called with a nil error")
-	}
 	c.rec.mu.Lock()
-	c.rec.calls = append(c.rec.calls, simCall{at: time.Now(), msg: m, err: err})
+	c.rec.calls = append(c.rec.calls, simCall{at: time.Now(), msg: m, err: err, failure: true})
 	c.rec.mu.Unlock()
 	c.after()
 }
@@ -712,7 +710,10 @@ func simCheck(sc simScenario, rec *simRecord) []string {
 		if x, ok := tagID[tag]; ok && x != id {
 			fail("callback", "callback for tag %d has MessageId %s, the wire had %s", tag, id, x)
 		}
-		if c.err == nil {
+		if c.failure && c.err == nil {
+			fail("failure", "Failure for tag %d with a nil error", tag)
+		}
+		if !c.failure {
 			if delivered[id] == 0 {
 				fail("success", "Success for tag %d (%s), which no request answered 2xx carried", tag, id)
 			}
@@ -738,7 +739,7 @@ func simCheck(sc simScenario, rec *simRecord) []string {
 			want = 1 // v3 reported it to Failure; so does segmentv3, as well as returning it
 		}
 		calls := callsByTag[tag]
-		if len(calls) != want || want == 1 && calls[0].err == nil {
+		if len(calls) != want || want == 1 && !calls[0].failure {
 			fail("rejected", "tag %d rejected by Enqueue (%v) got %d Callback call(s), want %d Failure", tag, e.err, len(calls), want)
 		}
 	}
@@ -807,6 +808,24 @@ func simCheck(sc simScenario, rec *simRecord) []string {
 			} else if !sc.hang() && gap > want+time.Second {
 				fail("RetryAfter", "retry %d of %d message(s) came %v after the previous answer (%s), want %v (no jitter)",
 					n, len(a.ids), gap, simKindNames[prev.kind], want)
+			}
+		}
+	}
+
+	// The retry budget: a message that failed while the client ran, every
+	// attempt of it answered with a retryable failure, had its 10 counted
+	// retries (11 attempts).
+	if sc.plainRetries() && sc.weights[k413] == 0 {
+		attempts := map[string]int{}
+		for _, a := range rec.attempts {
+			for _, id := range a.ids {
+				attempts[id]++
+			}
+		}
+		for _, c := range rec.calls {
+			id := simMessageID(c.msg)
+			if c.failure && c.at.Before(rec.closeStart) && attempts[id] > 0 && attempts[id] < 11 {
+				fail("R27", "Failure(%v) for tag %d before Close after %d attempt(s), want 11 (10 retries)", c.err, simCallTag(c.msg), attempts[id])
 			}
 		}
 	}
