@@ -42,12 +42,13 @@ type waitingRoom struct {
 	release, releaseMax time.Duration
 	latest              time.Time // no counted retry waits later than this (zero: none waits)
 
-	ready chan struct{} // cap 1: a batch arrived, or more are due
+	ready  chan struct{} // cap 1: a batch arrived, or more are due
+	opened chan struct{} // closed by dueNow: consumers at the gate go on
 }
 
 func newWaitingRoom(limit time.Duration, places *capacity) *waitingRoom {
 	return &waitingRoom{
-		limit: limit, places: places, ready: make(chan struct{}, 1),
+		limit: limit, places: places, ready: make(chan struct{}, 1), opened: make(chan struct{}),
 		health:  health{tokens: allowanceBurst},
 		release: defaultBackoffPolicy().InitialInterval, releaseMax: defaultBackoffPolicy().longestFirst(),
 	}
@@ -477,6 +478,9 @@ func (h *dueOrder) Pop() any {
 // later (its outcome was decided before Close began) is due at once too.
 func (r *waitingRoom) dueNow(now time.Time) {
 	r.mu.Lock()
+	if !r.noWait && r.opened != nil {
+		close(r.opened) // the gate opens for the consumers sleeping at it too
+	}
 	r.noWait = true
 	r.deadline, r.start = time.Time{}, time.Time{}
 	r.answerProbeLocked() // no episode, no probe (R64): nobody waits for one

@@ -767,9 +767,7 @@ func simCheck(sc simScenario, rec *simRecord) []string {
 	if rec.closeErr != nil && !errors.Is(rec.closeErr, native.ErrShutdownInterrupted) {
 		fail("close-error", "Close returned %v", rec.closeErr)
 	}
-	// Worlds with Retry-After are left out: Close still waits out a gate
-	// that is shut when it begins (up to the Retry-After, 5 s here).
-	if rec.closeErr == nil && !sc.hang() && !sc.drainOnClose && sc.weights[k429RA] == 0 && took > time.Second {
+	if rec.closeErr == nil && !sc.hang() && !sc.drainOnClose && took > time.Second {
 		fail("close-v3", "Close took %v against a server that answers at once: v3's Close waits for no retry", took)
 	}
 	if !sc.drainOnClose && !sc.hang() {
@@ -1038,6 +1036,57 @@ func TestRetryAfterKeptWhenOthersDelivered(t *testing.T) {
 		defer mu.Unlock()
 		if len(at) != 3 || at[2] != 3*time.Second {
 			t.Fatalf("requests at %v, want [0s 1s 3s]: the retry waits Config.RetryAfter", at)
+		}
+	})
+}
+
+// simGateAPI answers 429 with Retry-After: 5 to its first request and 200
+// afterwards, recording when each request came.
+type simGateAPI struct {
+	start time.Time
+	mu    sync.Mutex
+	at    []time.Duration
+}
+
+func (g *simGateAPI) RoundTrip(r *http.Request) (*http.Response, error) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.at = append(g.at, time.Since(g.start))
+	resp := &http.Response{StatusCode: 200, Header: http.Header{}, Body: io.NopCloser(strings.NewReader(`{}`)), Request: r}
+	if len(g.at) == 1 {
+		resp.StatusCode = 429
+		resp.Header.Set("Retry-After", "5")
+	}
+	return resp, nil
+}
+
+// TestCloseOpensTheRateLimitGate: v3's Close waits for no retry, also not
+// for a Retry-After that shut the gate before it began: the waiting batch
+// is sent once more at once. Found by TestSimulation (seed 150).
+func TestCloseOpensTheRateLimitGate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := &simGateAPI{start: time.Now()}
+		rec := &recorder{}
+		c, err := analytics.NewWithConfig("key", analytics.Config{BatchSize: 1, Transport: api, Callback: rec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.Enqueue(analytics.Track{UserId: "a", Event: "first"}) // 429, Retry-After: 5
+		time.Sleep(time.Second)
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(api.start); took != time.Second {
+			t.Errorf("Close returned at %v, want at once (1s): it waits for no retry", took)
+		}
+		api.mu.Lock()
+		defer api.mu.Unlock()
+		if len(api.at) != 2 || api.at[1] != time.Second {
+			t.Errorf("requests at %v, want [0s 1s]", api.at)
+		}
+		if s, f := rec.byID(); len(s)+len(f) != 1 {
+			t.Errorf("%d successes, %d failures, want one outcome", len(s), len(f))
 		}
 	})
 }
