@@ -10,6 +10,7 @@ import (
 	"io"
 	"math/rand"
 	"net/http"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -810,6 +811,62 @@ func simCheck(sc simScenario, rec *simRecord) []string {
 			} else if !sc.hang() && gap > want+time.Second {
 				fail("RetryAfter", "retry %d of %d message(s) came %v after the previous answer (%s), want %v (no jitter)",
 					n, len(a.ids), gap, simKindNames[prev.kind], want)
+			}
+		}
+	}
+
+	// Interval: a batch waits at most Interval after its first message
+	// before its first attempt, where nothing holds the consumers (no
+	// hanging requests or callbacks, no Retry-After gate, no search for a
+	// body or event-count limit after a 413 or a 429 without Retry-After:
+	// a batch cut at a learned limit leaves the rest to a new batch).
+	interval := sc.interval
+	if interval == 0 {
+		interval = analytics.DefaultInterval
+	}
+	if !sc.hang() && sc.weights[k429RA] == 0 && sc.weights[k413] == 0 && sc.weights[k429] == 0 {
+		first := map[int]time.Time{}
+		for _, a := range rec.attempts {
+			for _, ev := range a.events {
+				if tag := simTagOf(ev); first[tag].IsZero() {
+					first[tag] = a.start
+				}
+			}
+		}
+		for tag, e := range accepted {
+			due := e.at.Add(interval)
+			if !due.Before(rec.closeStart) {
+				continue // Close sends it
+			}
+			if f := first[tag]; f.IsZero() || f.After(due.Add(time.Millisecond)) {
+				fail("Interval", "tag %d enqueued at %v was first sent at %v, Interval is %v",
+					tag, e.at.Sub(rec.start), f.Sub(rec.start), interval)
+			}
+		}
+	}
+
+	// The error passed to Failure for a transport failure is the *url.Error
+	// itself, as v3 passed it; for a response, an *analytics.HTTPError.
+	lastKind := map[string]*simAttempt{}
+	for _, a := range rec.attempts {
+		for _, id := range a.ids {
+			lastKind[id] = a
+		}
+	}
+	for _, c := range rec.calls {
+		a := lastKind[simMessageID(c.msg)]
+		if !c.failure || a == nil || c.err == nil || c.at.Before(a.end) || errors.Is(c.err, native.ErrShutdownInterrupted) {
+			continue
+		}
+		var he *native.HTTPError
+		switch a.kind {
+		case kReset, kTimeout, kNilResp:
+			if _, ok := c.err.(*url.Error); !ok {
+				fail("failure-error", "Failure after a transport failure (%s) got %T (%v), want the *url.Error", simKindNames[a.kind], c.err, c.err)
+			}
+		case k500, k429, k400:
+			if !errors.As(c.err, &he) || he.StatusCode != a.status {
+				fail("failure-error", "Failure after a %d got %T (%v), want an *analytics.HTTPError with that status", a.status, c.err, c.err)
 			}
 		}
 	}
