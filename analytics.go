@@ -138,6 +138,9 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 	q.markBytesFor(markBatches(s.Consumers))  // R71, in bytes
 	frame := wire.NewFrame(s.writeKey, s.compat.BodyFields, s.EventSentAt)
 	lim := newLearnedLimits(q, frame.Size())
+	if s.rampOff {
+		lim.endRamp()
+	}
 	cfg := s.Config
 	cfg.Endpoint = redactURL(cfg.Endpoint) // safe in every form: %+v, JSON, slog, zap.Any
 	if s.disk != nil {

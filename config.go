@@ -146,6 +146,7 @@ type settings struct {
 	oauth         *oauthSettings // WithOAuth; nil: Basic auth with the write key
 	disk          *diskSettings  // WithDiskBuffer; nil in memory mode
 	capacitySet   bool           // WithQueueCapacity was given (else durable mode takes DefaultDurableQueueCapacity)
+	rampOff       bool           // tests only: R67's ramp is over from the start (batches close at the configured sizes)
 	errs          []error
 
 	defaultContext, defaultProperties map[string]any    // see defaults.go

@@ -239,6 +239,14 @@ func newTestClient(t testing.TB, api http.RoundTripper, cb *callbacks, opts ...O
 		all = append(all, cb.options()...)
 	}
 	all = append(all, opts...)
+	ramp := false
+	for _, o := range opts {
+		_, on := o.(withRamp)
+		ramp = ramp || on
+	}
+	if !ramp {
+		all = append(all, rampOff{}) // tests of other rules send full batches from the first request (R67's ramp over)
+	}
 	c, err := New("wk", all...)
 	if err != nil {
 		t.Fatalf("New: %v", err)

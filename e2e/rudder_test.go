@@ -12,6 +12,7 @@ package e2e
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -156,9 +157,11 @@ func TestBlankIDsRejectedAtEnqueue(t *testing.T) {
 }
 
 // R66: a gateway that refuses with 400 any batch carrying one marked
-// event: the batch of 100 is halved until the marked event fails alone
-// with its own 400, the other 99 are delivered once each, and the requests
-// are 1 + 2 per halving (7 halvings for 100 events).
+// event: the batch that carries it is halved until the marked event fails
+// alone with its own 400, the other 99 are delivered once each, and that
+// batch's requests are 1 + 2 per halving (7 halvings for a batch of 100;
+// R67's ramp sends the 100 events in smaller batches, so fewer). Every
+// other batch goes once, answered 200.
 func TestBadRequestFailsOnlyTheMarkedEvent(t *testing.T) {
 	t.Parallel()
 	id := ids("iso", 100)
@@ -171,15 +174,37 @@ func TestBadRequestFailsOnlyTheMarkedEvent(t *testing.T) {
 		noInv: true,
 	})
 	checkCuts(t, r)
+	need(t, r.reqs, 1)
+	var batch []string // the first request that carried the marked event
+	for _, q := range r.reqs {
+		if slices.Contains(q.MessageIDs, marked) {
+			batch = q.MessageIDs
+			break
+		}
+	}
+	at := slices.Index(batch, marked)
+	if at < 0 {
+		t.Fatalf("%s reached no request: %s", marked, describe(r.reqs))
+	}
 	halvings := 0
-	for lo, hi := 0, len(id); hi-lo > 1; halvings++ {
-		if mid := lo + (hi-lo)/2; 61 < mid {
+	for lo, hi := 0, len(batch); hi-lo > 1; halvings++ {
+		if mid := lo + (hi-lo)/2; at < mid {
 			hi = mid
 		} else {
 			lo = mid
 		}
 	}
-	expectCount(t, r.reqs, 1+2*halvings)
+	pieces := 0
+	for _, q := range r.reqs {
+		if len(q.MessageIDs) > 0 && slices.Contains(batch, q.MessageIDs[0]) {
+			pieces++
+		} else if q.Status != 200 {
+			t.Errorf("request #%d, of another batch, answered %d", q.Index, q.Status)
+		}
+	}
+	if pieces != 1+2*halvings {
+		t.Errorf("%d requests for the batch of %d that carried %s, want %d: %s", pieces, len(batch), marked, 1+2*halvings, describe(r.reqs))
+	}
 	if n := countStatus(r.reqs, 400); n != halvings+1 {
 		t.Errorf("%d requests answered 400, want %d (one per halving, and the marked event alone)", n, halvings+1)
 	}
@@ -204,10 +229,11 @@ func paddedTracks(idList ...string) []event {
 }
 
 // R67, R69: a fixed 64 KiB body limit and 2 500 events of ~300 bytes
-// (batches of 250 are ~75 KB), with the default eight consumers: the first
-// full batch goes alone (R69) and is refused, the client searches the
-// limit one size at a time, so at most 3 requests are answered 413 (the
-// search's budget, not one per consumer), every event is delivered once,
+// (batches of 250 are ~75 KB), with the default eight consumers: the
+// first bodies are R67's ramp (8 KiB, then twice the largest accepted),
+// each alone (R69), the first refused one is within twice the limit, the
+// client searches the limit one size at a time, so 1 or 2 requests are
+// answered 413 (the search's budget, not one per consumer), every event is delivered once,
 // and there are fewer requests than the 30 of a client that does not learn
 // (10 batches, each refused and sent again as two halves).
 func TestFixedBodyLimitIsLearned(t *testing.T) {
@@ -226,8 +252,8 @@ func TestFixedBodyLimitIsLearned(t *testing.T) {
 			need(t, r.reqs, 1)
 			refused := countStatus(r.reqs, 413)
 			t.Logf("first body %d bytes (%d events); %d requests, %d answered 413", len(r.reqs[0].Body), len(r.reqs[0].MessageIDs), len(r.reqs), refused)
-			if refused == 0 || refused > 3 {
-				t.Errorf("%d requests answered 413, want 1 to 3: %s", refused, brief(r.reqs))
+			if refused == 0 || refused > 2 {
+				t.Errorf("%d requests answered 413, want 1 or 2: %s", refused, brief(r.reqs))
 			}
 			if len(r.reqs) >= 30 {
 				t.Errorf("%d requests, want fewer than the 30 of a client that does not learn: %s", len(r.reqs), brief(r.reqs))
@@ -240,11 +266,13 @@ func TestFixedBodyLimitIsLearned(t *testing.T) {
 }
 
 // R68: a gateway whose limit is 20 events per request, answering 429
-// without Retry-After: the batch of 100 is split on its second 429 and
-// its pieces on theirs (100 → 50 → 25 → 13/12), and every event is
-// delivered once: 8 requests answered 429 (two for the 100, one for each
-// piece of 50 and 25) and 8 answered 200. A client that only retries
-// never gets past the limit (here its backoff budget of 8 s runs out).
+// without Retry-After: a batch over it is split on its second 429 and its
+// pieces on theirs, and every event is delivered once. The 100 events go
+// in the batches of R67's ramp (8 KiB, about 36 events, then larger), so
+// the pieces depend on which answer comes first: 2 to 8 requests answered
+// 429 (a batch of 100 would take 8: two for it, one for each piece of 50
+// and 25) and at most 10 answered 200. A client that only retries never
+// gets past the limit (here its backoff budget of 8 s runs out).
 func TestEventLimitPerRequestDeliversEverything(t *testing.T) {
 	t.Parallel()
 	id := ids("cap", 100)
@@ -255,11 +283,11 @@ func TestEventLimitPerRequestDeliversEverything(t *testing.T) {
 		noInv:  true,
 	})
 	checkCuts(t, r)
-	if n := countStatus(r.reqs, 429); n != 8 {
-		t.Errorf("%d requests answered 429, want 8: %s", n, brief(r.reqs))
+	if n := countStatus(r.reqs, 429); n < 2 || n > 8 {
+		t.Errorf("%d requests answered 429, want 2 to 8: %s", n, brief(r.reqs))
 	}
-	if n := countStatus(r.reqs, 200); n != 8 {
-		t.Errorf("%d requests answered 200, want 8: %s", n, brief(r.reqs))
+	if n := countStatus(r.reqs, 200); n > 10 {
+		t.Errorf("%d requests answered 200, want at most 10: %s", n, brief(r.reqs))
 	}
 	for _, q := range r.reqs {
 		if q.Status == 200 && len(q.MessageIDs) > 20 {
