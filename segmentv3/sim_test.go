@@ -70,7 +70,7 @@ func TestSimulation(t *testing.T) {
 			rec := simRun(t, sc)
 			if errs := simCheck(sc, rec); len(errs) > 0 {
 				failed++
-				t.Errorf("%d violation(s):\n  %s\nscenario: %s\nreplay: go test -run '^TestSimulation$' -sim.seed=%d ./segmentv3/",
+				t.Errorf("%d violation(s):\n  %s\nscenario: %s\nreplay: go test -run '^TestSimulation$' ./segmentv3/ -sim.seed=%d",
 					len(errs), strings.Join(errs, "\n  "), sc, seed)
 			}
 		})
@@ -1147,7 +1147,7 @@ func TestCloseOpensTheRateLimitGate(t *testing.T) {
 }
 
 // TestSimDump prints the requests, answers and Close of the seed given by
-// -sim.seed (go test -run '^TestSimDump$' -v -sim.seed=N ./segmentv3/);
+// -sim.seed (go test -run '^TestSimDump$' -v ./segmentv3/ -sim.seed=N);
 // it is skipped without one.
 func TestSimDump(t *testing.T) {
 	if *simSeed == 0 {
