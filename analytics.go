@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/relaykit/analytics-go/internal/shared"
 	"github.com/relaykit/analytics-go/internal/wire"
 )
 
@@ -79,8 +80,8 @@ type Client struct {
 	defaults     *defaults      // WithDefaultContext, WithDefaultProperties; nil without them
 	disk         *durable       // WithDiskBuffer; nil in memory mode
 	limits       *learnedLimits // the server's limits learned from its refusals (R67, R68)
-	noLibrary    bool           // shared.Compat NoLibrary (compat.go)
-	stopRetries  *atomic.Bool   // shared.Compat FastClose: set when Close begins; nil without
+	noLibrary    bool           // shared.Compat NoLibrary: no context.library stamp
+	noRetries    *atomic.Bool   // shared.Compat FastClose: set when Close begins; nil without
 	// successName and errorName: what Close's error calls OnSuccess and
 	// OnError (shared.Compat; blockedCallbacks).
 	successName, errorName string
@@ -102,10 +103,12 @@ type Client struct {
 //
 //  1. durable.mu (spill.go): an enqueue call's append and its
 //     memory-or-disk decision, and the disk reader's hand-over. While it
-//     is held, the append takes diskbuf's Log.mu and the push queue.mu.
+//     is held, the append takes diskbuf's Log.mu, and the push (or the
+//     reader's load) queue.mu.
 //  2. learnedLimits.mu (learned.go): applyLocked hands the new budget to
 //     queue.setBudget, which takes queue.mu, then capacity.mu.
-//  3. waitingRoom.mu (ratelimit.go): holding and releasing places takes
+//  3. waitingRoom.mu (ratelimit.go), which also guards the server's health
+//     and outage state (health.go): holding and releasing places takes
 //     capacity.mu.
 //  4. queue.mu (queue.go): close wakes the blocked producers under it
 //     (capacity.mu).
@@ -115,7 +118,7 @@ type Client struct {
 //
 // The rest are leaves, under which no other mutex is taken:
 // tokenSource.mu (oauth.go), settler.dropMu (settle.go; the rejection
-// warning is logged under it) and isolation.mu (cut.go). The
+// warning is logged under it) and isolation.mu (batch.go). The
 // durable.beforeBatch hook of queue.take (queue.onTake) runs after
 // queue.mu is released.
 
@@ -130,75 +133,51 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	places := newCapacity(s.QueueCapacity)
-	places.wakeWhen(s.FlushAt) // blocked producers wake when a batch fits
-	places.markAt(highWaterMark(s.Consumers, s.FlushAt))
-	q := newQueue(places, s.FlushAt, batchEventBytes-len(s.compat.BodyFields), s.FlushInterval)
-	q.perEvent = wire.PerEvent(s.EventSentAt) // R45 with R59
-	q.markBytesFor(markBatches(s.Consumers))  // R71, in bytes
-	frame := wire.NewFrame(s.writeKey, s.compat.BodyFields, s.EventSentAt)
-	lim := newLearnedLimits(q, frame.Size())
-	if s.rampOff {
-		lim.endRamp()
-	}
-	cfg := s.Config
-	cfg.Endpoint = redactURL(cfg.Endpoint) // safe in every form: %+v, JSON, slog, zap.Any
-	if s.disk != nil {
-		cfg.DiskBuffer, cfg.DiskLimit = s.disk.dir, s.disk.limit
-	}
+	q, places := newQueueWith(s.queueOptions())
 	c := &Client{
-		cfg:  cfg,
-		log:  s.logger,
-		q:    q,
-		room: newWaitingRoom(s.MaxRateLimitDuration, places),
-		settle: &settler{
-			log:       s.logger,
-			onSuccess: s.onSuccess,
-			onError:   s.onError,
-			ledger:    q,
-			capacity:  s.QueueCapacity,
-		},
+		cfg:          s.effective(),
+		log:          s.logger,
+		q:            q,
+		room:         newWaitingRoom(s.MaxRateLimitDuration, places, s.backoff),
+		settle:       newSettler(s.logger, s.onSuccess, s.onError, q, s.QueueCapacity),
 		keepMessages: s.onSuccess != nil,
 		defaults:     newDefaults(s.defaultContext, s.defaultProperties),
 		noLibrary:    s.compat.NoLibrary,
 		successName:  cmp.Or(s.compat.SuccessName, "OnSuccess"),
 		errorName:    cmp.Or(s.compat.ErrorName, "OnError"),
 		retire:       make(chan struct{}),
-		limits:       lim,
+		limits:       newLearnedLimits(q, s.bodyFrame()),
+	}
+	if s.rampOff {
+		c.limits.endRamp()
 	}
 	if s.compat.FastClose {
-		c.stopRetries = new(atomic.Bool)
+		c.noRetries = new(atomic.Bool)
 	}
-	c.room.unpaced = s.compat.NoRetryAllowance
+	if s.compat.NoRetryAllowance {
+		c.room.unpace()
+	}
 	if s.disk != nil {
 		var replay int
 		c.disk, replay, err = openDurable(s.disk, s.logger)
 		if err != nil {
 			return nil, err
 		}
-		c.settle.disk = c.disk
-		c.settle.keep.Store(true) // hand-backs stay on disk, without a callback
+		c.settle.keepOnDisk(c.disk) // hand-backs stay on disk, without a callback
 		q.onTake = c.disk.beforeBatch
-		c.disk.startReader(q, c.settle, replay) // read back, before any new event, as memory allows
+		c.disk.startReader(q, places, &c.settle.stats, replay) // read back, before any new event, as memory allows
 	}
 	c.interrupt, c.cancelInterrupt = context.WithCancel(context.Background())
 	httpClient := newHTTPClient(&s)
 	if !s.CustomHTTPClient {
 		c.ownTransport, _ = httpClient.Transport.(*http.Transport)
 	}
-	policy := retryPolicy{
-		maxRetries:      s.MaxRetries,
-		maxBackoffTotal: s.MaxTotalBackoffDuration,
-		httpTimeout:     s.HTTPTimeout,
-		delay:           s.backoff.delay,
-		retryDelay:      s.compat.RetryDelay,
-		stop:            c.stopRetries,
-	}
 	if s.oauth != nil {
 		c.auth = newTokenSource(s.oauth, httpClient, &s, c.room)
 		c.auth.start(c.interrupt) // fetches the first token now (R50)
 	}
-	c.outage = &outageLog{log: c.log, q: c.q, room: c.room, disk: c.disk, stats: &c.settle.stats}
+	c.outage = newOutageLog(c.log, q, c.room, c.disk, &c.settle.stats)
+	policy := s.retryPolicy(c.noRetries)
 	c.consumers.Add(s.Consumers)
 	for i := 0; i < s.Consumers; i++ {
 		var t transport
@@ -208,9 +187,9 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 			t = newSender(&s, httpClient)
 		}
 		w := &consumer{
-			q: c.q, room: c.room, transport: t, auth: c.auth, settle: c.settle,
+			q: q, room: c.room, transport: t, auth: c.auth, settle: c.settle,
 			policy: policy, log: c.log, interrupt: c.interrupt, retire: c.retire, onAttempt: s.attemptHook,
-			limits: lim, outage: c.outage,
+			limits: c.limits, outage: c.outage,
 		}
 		go func() {
 			defer c.consumers.Done()
@@ -271,6 +250,58 @@ func (c *Client) EnqueueContext(ctx context.Context, m Message) error {
 		ctx = context.Background()
 	}
 	return c.dispatch(ctx, true, m)
+}
+
+// dispatch validates, stamps and enqueues m; with wait it waits for room.
+// prepareMessage calls prepare on the concrete type, so m (and its maps)
+// does not escape: a message built in the call stays on the caller's stack.
+func (c *Client) dispatch(ctx context.Context, wait bool, m Message) error {
+	sc := getScratch()
+	sc.use(c.defaults, c.noLibrary)
+	copied, err := prepareMessage(sc, m, c.keepMessages)
+	err = c.settle.stats.count(c.accept(ctx, wait, sc, copied, err))
+	if err != nil {
+		c.settle.rejected() // the aggregated warning (R51)
+	}
+	return err
+}
+
+// accept ends an enqueue call (R2, R43, R45): prepare has encoded the event
+// into sc's encoder (or failed with err), and withCopy is the message for
+// callbacks (nil unless OnSuccess is registered: see settler.messages). The JSON is copied into a slab and
+// the event queued; without wait it never blocks, with wait it waits for
+// room until ctx ends. An enqueue call after Close returns ErrClosed,
+// whatever the event.
+func (c *Client) accept(ctx context.Context, wait bool, sc *scratch, withCopy Message, err error) error {
+	if c.closed.Load() {
+		err = ErrClosed
+	}
+	if err == nil {
+		err = checkSize(sc.Enc.Bytes())
+	}
+	if err == nil && c.disk != nil {
+		err = c.disk.accept(ctx, wait, sc, withCopy, &c.closed) // spill.go
+		putScratch(sc)
+		return err
+	}
+	var ev event
+	if err == nil {
+		ev.data, ev.slab = sc.CopyToSlab(sc.Enc.Bytes())
+	}
+	putScratch(sc)
+	if err != nil {
+		return err
+	}
+	ev.msg = withCopy
+	if wait {
+		err = c.q.pushWait(ctx, &ev)
+	} else {
+		err = c.q.pushEvent(&ev)
+	}
+	if err != nil {
+		releaseEvents([]event{ev}) // not accepted: the queue holds no copy
+	}
+	return err
 }
 
 // Flush closes the open batch and waits until every event accepted before
@@ -374,7 +405,7 @@ func (c *Client) Close(ctx context.Context) error {
 	retireOnce := sync.OnceFunc(func() { close(c.retire) })
 	defer retireOnce()
 	defer c.cancelInterrupt()
-	handedBefore := c.settle.stats.handedBack.Load()
+	handedBefore := c.settle.handedBack()
 
 	// graceEnd is when Close must stop waiting for consumers and
 	// callbacks; it is set once delivery is interrupted.
@@ -446,7 +477,7 @@ func (c *Client) Close(ctx context.Context) error {
 	for _, b := range waiting {
 		handing += len(b.events)
 	}
-	n := c.settle.stats.handedBack.Load() - handedBefore + int64(handing)
+	n := c.settle.handedBack() - handedBefore + int64(handing)
 	if handing > 0 {
 		err := c.settle.handBackError(nil, 0) // never sent
 		settled := make(chan struct{})
@@ -471,11 +502,11 @@ func (c *Client) Close(ctx context.Context) error {
 		}
 	}
 	c.settle.reportDrops(true)
-	keep := c.disk != nil && c.settle.keep.Load()
+	keep := c.settle.keepsOnDisk()
 	kept := ""
 	if n > 0 { // one line for every hand-back (R51)
 		if keep {
-			c.disk.onDiskNow.Store(n) // Stats.OnDisk: what Close left on disk
+			c.disk.leftOnDisk(n) // Stats.OnDisk
 			kept = " (kept in the disk buffer)"
 			fields := []zap.Field{zap.Int64("events", n), zap.Bool("kept", true), zap.String("dir", c.disk.dir)}
 			if stopped != nil {
@@ -541,9 +572,9 @@ func (c *Client) awaitOutcomes(ctx context.Context, done <-chan struct{}) (inter
 // a callback only if that sync succeeds; otherwise they get OnError with
 // ErrShutdownInterrupted, as without a disk buffer.
 func (c *Client) interruptDelivery() {
-	if c.disk != nil && c.settle.keep.Load() {
-		if err := c.disk.log.Sync(); err != nil {
-			c.settle.keep.Store(false)
+	if c.settle.keepsOnDisk() {
+		if err := c.disk.syncNow(); err != nil {
+			c.settle.stopKeeping()
 			c.log.Error("disk buffer: the last sync before the hand-back failed; handed-back events get OnError",
 				zap.String("dir", c.disk.dir), zap.Error(err))
 		}
@@ -569,11 +600,12 @@ func (e *notAnsweringError) Unwrap() error { return e.last }
 // was still reporting: "; OnSuccess did not return (2 event(s) still
 // being reported)". Empty when every callback had returned by then.
 func (c *Client) blockedCallbacks() string {
+	inSuccess, inError := c.settle.inCallbacks()
 	var parts []string
 	for _, cb := range []struct {
 		name string
 		n    int64
-	}{{c.successName, c.settle.inSuccess.Load()}, {c.errorName, c.settle.inError.Load()}} {
+	}{{c.successName, inSuccess}, {c.errorName, inError}} {
 		if cb.n > 0 {
 			parts = append(parts, fmt.Sprintf("%s did not return (%d event(s) still being reported)", cb.name, cb.n))
 		}
@@ -607,8 +639,8 @@ var closedTimeChan = func() <-chan time.Time {
 // calls it before it closes the queue, so the open batch, which the queue
 // then lets go at once, fails instead of waiting for a retry.
 func (c *Client) endRetries() {
-	if c.stopRetries != nil {
-		c.stopRetries.Store(true)
+	if c.noRetries != nil {
+		c.noRetries.Store(true)
 	}
 }
 
@@ -616,7 +648,7 @@ func (c *Client) endRetries() {
 // FastClose; endRetries came first): every batch waiting in the room is
 // due now and the gate opens.
 func (c *Client) fastClose() {
-	if c.stopRetries != nil {
+	if c.noRetries != nil {
 		c.room.dueNow(time.Now())
 	}
 }
@@ -624,37 +656,29 @@ func (c *Client) fastClose() {
 // Stats returns a snapshot of the client's counters. Safe for concurrent
 // use; the counters are read one by one, not as one atomic snapshot.
 func (c *Client) Stats() Stats {
-	s := &c.settle.stats
-	st := Stats{
-		Delivered:         s.delivered.Load(),
-		Failed:            s.failed.Load(),
-		HandedBack:        s.handedBack.Load(),
-		RejectedQueueFull: s.dropped.Load(),
-		Pending:           int64(c.q.outstanding()),
-		Batches:           s.batches.Load(),
-		Requests:          s.requests.Load(),
-		Retries:           s.retries.Load(),
-		RateLimited:       s.rateLimited.Load(),
-		RateLimitWaits:    s.rateLimitWaits.Load(),
-		Isolations:        s.isolations.Load(),
-		BodyLimit:         int64(c.limits.bodyLimit()),
-		EventLimit:        int64(c.limits.eventLimit()),
-
-		Accepted:         s.accepted.Load(),
-		RejectedInvalid:  s.rejectedInvalid.Load(),
-		RejectedTooLarge: s.rejectedTooLarge.Load(),
-		RejectedClosed:   s.rejectedClosed.Load(),
-		RejectedDisk:     s.rejectedDisk.Load(),
-	}
-	if d := c.disk; d != nil {
-		st.Replayed = d.replayed.Load()
-		st.Spilled, st.OnDisk = d.spilled.Load(), d.onDiskNow.Load()
-		if !c.closed.Load() {
-			st.DiskBytes = d.log.Size()
-		}
-		ds := d.log.Stats()
-		st.DiskTorn, st.DiskCorrupt, st.DiskLost = int64(ds.Torn), int64(ds.Corrupt)+d.skipped.Load(), d.lost.Load()
-		st.DiskMissing, st.DiskSkipped = int64(ds.Missing), int64(ds.Skipped)
+	st := c.settle.stats.snapshot(int64(c.q.outstanding()), c.limits.bodyLimit(), c.limits.eventLimit())
+	if c.disk != nil {
+		c.disk.addStats(&st, !c.closed.Load())
 	}
 	return st
+}
+
+// Seams for the segment v3 compatibility package (segmentv3) and for
+// analyticstest's Fake. They are reached through internal/shared, so they
+// are not part of this package's API; see shared.Compat for what each
+// compatibility setting does.
+
+func init() {
+	shared.CompatOption = func(c shared.Compat) any {
+		return optionFunc(func(s *settings) {
+			if len(c.BodyFields) > 0 && !wire.ValidExtra(c.BodyFields, maxBodyFields) {
+				s.errs = append(s.errs, invalid("BodyFields", len(c.BodyFields), "must be at most shared.MaxBodyFields bytes of JSON object members"))
+			}
+			s.compat = c
+		})
+	}
+	shared.MaxBodyFields = maxBodyFields
+	shared.CheckEndpoint = func(endpoint string) error {
+		return checkEndpoint(strings.TrimSuffix(endpoint, "/"))
+	}
 }

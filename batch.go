@@ -1,11 +1,26 @@
 package analytics
 
 import (
+	"math/bits"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/relaykit/analytics-go/internal/diskbuf"
 	"github.com/relaykit/analytics-go/internal/wire"
+)
+
+const (
+	// MaxBatchBytes is the largest request body the client sends (R45).
+	MaxBatchBytes = 500_000
+
+	// batchEventBytes is where a batch closes: its events (with separators
+	// and, with WithEventSentAt, their sentAt) and the shared.Compat
+	// BodyFields never exceed it, leaving room in MaxBatchBytes for the
+	// rest of the frame (wire.Frame.Size).
+	batchEventBytes = 475_000
 )
 
 // event is one accepted message with its JSON, encoded once at enqueue.
@@ -31,7 +46,7 @@ type batch struct {
 	retryPending bool       // the next attempt is a counted retry (counted in Stats when sent)
 	rateLimited  bool       // waits for a Retry-After deadline, not for its backoff (R35)
 	awaitToken   bool       // waits for an OAuth access token (R50)
-	epoch        uint64     // the room's 2xx count at the streak's start (R61)
+	streakFrom   uint64     // the server's 2xx count (health.successes) when the streak began (R61)
 	streak       int        // counted failures since the server last answered 2xx (R61)
 	firstFailure time.Time  // first counted failure, monotonic (R28)
 	lastErr      error      // last *HTTPError or *TransportError
@@ -39,6 +54,48 @@ type batch struct {
 	isolation    *isolation // request budget of a 400 being isolated (R66); nil if none
 	cut          bool       // a half of a split (R3, R66, R68): sent as it is
 }
+
+// scheduleRetry counts a counted retry of b (R27), which it waits for in
+// the waiting room: its next attempt is a retry (see sendingRetry), and it
+// no longer waits for a Retry-After deadline.
+func (b *batch) scheduleRetry() {
+	b.retries++
+	b.retryPending = true
+	b.rateLimited = false
+}
+
+// sendingRetry reports whether the attempt about to be sent is a counted
+// retry (to be counted in Stats.Retries), once.
+func (b *batch) sendingRetry() bool {
+	retry := b.retryPending
+	b.retryPending = false
+	return retry
+}
+
+// countedRetry reports whether b waits for a counted retry (its backoff),
+// not for a Retry-After deadline.
+func (b *batch) countedRetry() bool { return b.retryPending && !b.rateLimited }
+
+// countFailure counts a counted failure of b and returns its streak, the
+// counted failures since the server last answered 2xx to any batch (R61):
+// successes is the server's 2xx count now, and a streak that began at
+// another count starts again.
+func (b *batch) countFailure(successes uint64) int {
+	if b.streakFrom != successes {
+		b.streakFrom, b.streak = successes, 0
+	}
+	b.streak++
+	return b.streak
+}
+
+// budgetError is the error of b's events when a budget ends its retries
+// (R27, R28, R35): reason, with b's last error and attempts.
+func (b *batch) budgetError(reason error) *DeliveryError {
+	return &DeliveryError{Reason: reason, Last: b.lastErr, Attempts: b.attempts}
+}
+
+// awaitsToken picks the batches that wait for an OAuth token (R50).
+func awaitsToken(b *batch) bool { return b.awaitToken }
 
 // batches keeps ended batches for reuse: a batch's event slice (FlushAt
 // entries) would otherwise be allocated again for every batch.
@@ -79,6 +136,81 @@ func eventBytes(evs []event) int {
 // inBody is what b's events take in a body: b.bytes and what the body
 // adds to each event (perEvent, R59).
 func (b *batch) inBody(perEvent int) int { return b.bytes + len(b.events)*perEvent }
+
+// isolation is the request budget of a batch being halved after a 400
+// (R66), shared by every piece of it, and what the pieces came to: the
+// logs say it in one line once every piece has its outcome (R51), not a
+// line per piece.
+type isolation struct {
+	left     atomic.Int64 // requests the pieces may still make
+	requests atomic.Int64 // requests made: the refused one and the pieces'
+	events   int          // in the refused batch
+
+	mu        sync.Mutex
+	pieces    int   // pieces without an outcome
+	delivered int64 // events delivered
+	failed    int64 // events failed
+	err       error // the first failure's error
+}
+
+// newIsolation starts the isolation of b, refused with a 400.
+func newIsolation(b *batch) *isolation {
+	s := &isolation{events: len(b.events), pieces: 1}
+	s.left.Store(isolationBudget(len(b.events)))
+	s.requests.Store(1)
+	return s
+}
+
+// settled records the outcome of a piece of n events (err nil: delivered;
+// a hand-back counts as neither) and reports whether it was the last.
+func (s *isolation) settled(n int, err error, handedBack bool) (last bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case handedBack:
+	case err == nil:
+		s.delivered += int64(n)
+	default:
+		s.failed += int64(n)
+		if s.err == nil {
+			s.err = err
+		}
+	}
+	s.pieces--
+	return s.pieces == 0
+}
+
+// report is the one line about an isolation that has ended (R51).
+func (s *isolation) report(log *zap.Logger) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fields := []zap.Field{zap.Int64("events", s.failed), zap.Int("ofBatch", s.events),
+		zap.Int64("delivered", s.delivered), zap.Int64("requests", s.requests.Load())}
+	if s.failed == 0 {
+		log.Debug("batch answered 400: its events were delivered once it was halved", fields...)
+		return
+	}
+	log.Error("events not delivered", append(fields, zap.Error(s.err))...)
+}
+
+// isolationBudget is the number of requests the pieces of a batch of n
+// events refused with a 400 may make: 4·⌈log₂ n⌉, enough to find two
+// events at fault among any n (halving finds one in 2·⌈log₂ n⌉).
+func isolationBudget(n int) int64 { return 4 * int64(bits.Len(uint(n-1))) }
+
+// take spends the two requests of one more halving; false when the budget
+// does not have them.
+func (s *isolation) take() bool {
+	for {
+		left := s.left.Load()
+		if left < 2 {
+			return false
+		}
+		if s.left.CompareAndSwap(left, left-2) {
+			return true
+		}
+	}
+}
 
 // Len, JSON and Bytes make b the wire.Events of its body.
 func (b *batch) Len() int { return len(b.events) }

@@ -2,12 +2,13 @@ package analytics
 
 import (
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
-	"github.com/relaykit/analytics-go/internal/httpbatch"
 	"github.com/relaykit/analytics-go/internal/shared"
 	"github.com/relaykit/analytics-go/internal/wire"
 	"go.uber.org/zap"
@@ -16,8 +17,6 @@ import (
 // Defaults of the configuration (docs/delivery.md §2). Each can be changed with the
 // matching With… option; an unset option takes the default.
 const (
-	// DefaultEndpoint is the tracking API the client sends to.
-	DefaultEndpoint = "https://api.segment.io"
 	// DefaultFlushAt is the number of events that closes a batch.
 	DefaultFlushAt = 250
 	// DefaultFlushInterval is how long a batch may stay open after its first event.
@@ -52,20 +51,6 @@ const (
 	// DefaultCloseTimeout bounds Close when its context has no deadline
 	// (see WithCloseTimeout).
 	DefaultCloseTimeout = 30 * time.Second
-
-	// MaxRetryAfter caps a server's Retry-After: longer values are waited as
-	// this long (R24).
-	MaxRetryAfter = 300 * time.Second
-	// MaxEventBytes is the largest accepted event, as encoded JSON (R45).
-	MaxEventBytes = 32 * 1024
-	// MaxBatchBytes is the largest request body the client sends (R45).
-	MaxBatchBytes = 500_000
-
-	// batchEventBytes is where a batch closes: its events (with separators
-	// and, with WithEventSentAt, their sentAt) and the shared.Compat
-	// BodyFields never exceed it, leaving room in MaxBatchBytes for the
-	// rest of the frame (wire.Frame.Size).
-	batchEventBytes = 475_000
 )
 
 // Config is the effective configuration of a Client, as returned by
@@ -115,24 +100,6 @@ func (c Config) String() string {
 		c.MaxRetries, c.MaxTotalBackoffDuration, c.MaxRateLimitDuration, c.Gzip, c.EventSentAt, c.CloseTimeout, disk)
 }
 
-// ConfigError reports an invalid option given to New. Field names the
-// setting (for example "MaxRetries").
-type ConfigError struct {
-	Field  string
-	Value  any
-	Reason string
-}
-
-// Error names the field, its value and the reason. User information in a
-// URL value (a password) is shown as xxxxx.
-func (e *ConfigError) Error() string {
-	v := e.Value
-	if u, ok := v.(string); ok {
-		v = redactURL(u)
-	}
-	return fmt.Sprintf("analytics: invalid %s (%v): %s", e.Field, v, e.Reason)
-}
-
 // settings is everything New needs; options write into it.
 type settings struct {
 	Config
@@ -149,7 +116,7 @@ type settings struct {
 	rampOff       bool           // tests only: R67's ramp is over from the start (batches close at the configured sizes)
 	errs          []error
 
-	defaultContext, defaultProperties map[string]any    // see defaults.go
+	defaultContext, defaultProperties map[string]any    // WithDefaultContext, WithDefaultProperties (see defaults)
 	attemptHook                       func(AttemptInfo) // WithAttemptHook
 	compat                            shared.Compat     // the segmentv3 seams (see the init below)
 	// newTransport, when set (by tests), makes each consumer's transport
@@ -167,10 +134,6 @@ type Option interface {
 type optionFunc func(*settings)
 
 func (f optionFunc) apply(s *settings) { f(s) }
-
-func invalid(field string, value any, reason string) *ConfigError {
-	return &ConfigError{Field: field, Value: value, Reason: reason}
-}
 
 // WithEndpoint sets the base URL of the tracking API (default
 // DefaultEndpoint). The client posts to Endpoint + "/v1/batch"; one trailing
@@ -343,6 +306,152 @@ func WithOnError(f func(err error, events []Message)) Option {
 	return optionFunc(func(s *settings) { s.onError = f })
 }
 
+// WithAttemptHook registers f, called once after every HTTP attempt with
+// its description, for metrics such as request duration and batch size
+// (package analyticsotel uses it). Default: none, and then attempts are
+// not timed at all.
+//
+// f runs on the consumer goroutine that made the attempt, before the
+// attempt's outcome is settled (so before OnSuccess or OnError for that
+// batch); calls from different consumers may run concurrently. It must
+// return quickly and must not call the client's Flush or Close. A panic in
+// f is recovered and logged. AttemptInfo never contains the write key or
+// event payloads.
+func WithAttemptHook(f func(AttemptInfo)) Option {
+	return optionFunc(func(s *settings) { s.attemptHook = f })
+}
+
+// WithSlog sends the client's logs to l, a log/slog logger, instead of a
+// zap logger (default: silent). Levels map one to one (zap's Debug, Info,
+// Warn and Error to slog's; the levels above Error, which the client does
+// not use, to Error); fields become attributes, an error as the "error"
+// attribute with its text. l's handler decides what is kept (its
+// Enabled method is asked first) and is called on the client's
+// goroutines, so it must be safe for concurrent use, as slog handlers are;
+// a handler that panics loses that line, and the client goes on.
+// The client never logs the write key or event payloads. WithSlog and
+// WithLogger replace each other: the later option wins. A nil logger fails
+// New with a *ConfigError.
+func WithSlog(l *slog.Logger) Option {
+	return optionFunc(func(s *settings) {
+		if l == nil {
+			s.errs = append(s.errs, invalid("Logger", l, "must not be nil"))
+			return
+		}
+		s.logger = zap.New(&slogCore{h: l.Handler()})
+	})
+}
+
+// WithDefaultContext sets context entries that every event carries (for
+// example "app", "os" or "device"), merged into the event's Context when it
+// is enqueued. The merge is by top-level key: a key the event's own Context
+// has wins, whatever its value (nil included), and nested maps are not
+// merged. A "library" entry here replaces the one the client adds. Default:
+// none.
+//
+// The top level of ctx is copied when New runs; nested maps and slices are
+// shared and must not be changed afterwards. The values must be encodable
+// as JSON: New returns a *ConfigError (field "DefaultContext") otherwise.
+// Callbacks receive the merged Context, as it was sent. A nil or empty map
+// removes the defaults, and enqueue calls stay as cheap as without the
+// option. With it, the entries are encoded once, by New, and each enqueue
+// call copies their JSON into the event (no allocation unless OnSuccess is
+// registered); a value with its own MarshalJSON is therefore called once.
+func WithDefaultContext(fields map[string]any) Option {
+	return optionFunc(func(s *settings) {
+		if err := checkDefaults(fields); err != nil {
+			s.errs = append(s.errs, invalid("DefaultContext", fmt.Sprintf("%d keys", len(fields)), err.Error()))
+		}
+		s.defaultContext = cloneMap(fields)
+	})
+}
+
+// WithDefaultProperties sets properties that every Track, Page and Screen
+// event carries, merged into the event's Properties as WithDefaultContext
+// merges the context: by top-level key, the event's own keys winning,
+// nested maps not merged. Identify and Group traits and Alias events are
+// not changed. Copying, encoding errors (field "DefaultProperties"),
+// callbacks and cost are as for WithDefaultContext. Default: none.
+func WithDefaultProperties(props map[string]any) Option {
+	return optionFunc(func(s *settings) {
+		if err := checkDefaults(props); err != nil {
+			s.errs = append(s.errs, invalid("DefaultProperties", fmt.Sprintf("%d keys", len(props)), err.Error()))
+		}
+		s.defaultProperties = cloneMap(props)
+	})
+}
+
+// WithDiskBuffer turns on durable mode: every accepted event's JSON is
+// appended to a log in dir (created with mode 0700 if missing) and written
+// to the operating system before the enqueue call returns, so it survives
+// the process dying at any instant; the fsync policy (WithFsync) bounds
+// what a power loss can lose. Delivered and failed events are
+// acknowledged in the log (after their callback: a crash between the two
+// repeats the callback at the next start, never loses it) and their space
+// reclaimed a segment at a time; events without an outcome at Close stay
+// on disk and get no callback then (see Client.Close). So a callback, in
+// whichever client it runs, is each event's final outcome: an OnError
+// that writes a dead-letter file sees each failed event once, and never
+// an event that is only waiting on disk. New sends the events an earlier
+// client left in dir before
+// any new one, with the same messageIds; callbacks receive them as
+// messages decoded from the stored JSON. One client at a time may use dir:
+// New fails with ErrDiskBufferLocked otherwise. dir must be private to the
+// process's user: New refuses (with a *DiskError saying why) a directory
+// writable by group or others or owned by another user. New opens a
+// directory on a full disk (enqueue calls then return a *DiskError until
+// delivered events free space).
+//
+// The disk is the buffer: QueueCapacity bounds the events held in memory,
+// and WithDiskLimit what is accepted. An event that finds memory full is
+// kept on disk only (Stats.Spilled) and read back, oldest first, by a
+// goroutine of the client's as batches leave; events are sent in the order
+// they were accepted, replayed ones first; their callbacks get messages
+// decoded from the stored JSON. New does not load the replayed events
+// either: they are read back the same way. Flush and Close wait for
+// events on disk only like any other, and Close keeps them there like
+// the events in memory: Close's error says how many it kept, and they are
+// counted in Stats.HandedBack and Stats.OnDisk.
+//
+// The directory must be left to the client: events whose records another
+// process removes, cuts short or replaces before they are read back are
+// failed without a callback and counted in Stats.DiskLost (one error log
+// line names how many); docs/durable.md lists each such case.
+//
+// An enqueue call then costs one append to the log more; it returns an
+// error matching ErrQueueFull past the disk limit (WithDiskLimit; the
+// non-blocking calls at once, EnqueueContext once its context ends, as it
+// waits for delivered events to free space) and a *DiskError when the
+// write fails. Without this option nothing touches the disk. The files and
+// the capacity model are described in docs/durable.md.
+func WithDiskBuffer(dir string, opts ...DiskOption) Option {
+	return optionFunc(func(s *settings) {
+		d := &diskSettings{dir: dir, interval: DefaultFsyncInterval, limit: DefaultDiskLimit, segment: DefaultSegmentSize}
+		if dir == "" {
+			s.errs = append(s.errs, invalid("DiskBuffer", `""`, "directory must not be empty"))
+		}
+		for _, o := range opts {
+			if o == nil {
+				s.errs = append(s.errs, invalid("DiskOption", nil, "must not be nil"))
+				continue
+			}
+			o.applyDisk(d)
+		}
+		if d.limit < 2*d.segment {
+			d.errs = append(d.errs, invalid("DiskBuffer.DiskLimit", d.limit, "must be at least twice the segment size"))
+		}
+		s.errs = append(s.errs, d.errs...)
+		s.disk = d
+	})
+}
+
+// checkDefaults encodes m once, so that a value that is not JSON fails New
+// instead of every enqueue call.
+func checkDefaults(m map[string]any) error {
+	_, err := wire.EncodeMembers(m)
+	return err
+}
+
 func defaultSettings(writeKey string) settings {
 	return settings{
 		Config: Config{
@@ -401,6 +510,55 @@ func resolve(writeKey string, opts []Option) (settings, error) {
 	s.CustomHTTPClient = s.httpClient != nil
 	s.logger = guardLogger(s.logger) // a logger that panics loses a line, nothing else (guard.go)
 	return s, nil
+}
+
+// effective is the Config a client reports (Client.Config): Endpoint
+// without its user information, safe in every form (%+v, JSON, slog,
+// zap.Any), and the disk buffer's directory and limit.
+func (s *settings) effective() Config {
+	cfg := s.Config
+	cfg.Endpoint = redactURL(cfg.Endpoint)
+	if s.disk != nil {
+		cfg.DiskBuffer, cfg.DiskLimit = s.disk.dir, s.disk.limit
+	}
+	return cfg
+}
+
+// queueOptions derives the queue's shape from the settings: batches close
+// at FlushAt events or when their events (with the per-event sentAt of
+// WithEventSentAt, R59) reach what the body leaves them beside the
+// compatibility BodyFields (R45); the high-water mark is a batch for every
+// other consumer (R71).
+func (s *settings) queueOptions() queueOptions {
+	return queueOptions{
+		capacity:    s.QueueCapacity,
+		flushAt:     s.FlushAt,
+		interval:    s.FlushInterval,
+		maxBytes:    batchEventBytes - len(s.compat.BodyFields),
+		perEvent:    wire.PerEvent(s.EventSentAt),
+		markBatches: markBatches(s.Consumers),
+	}
+}
+
+// bodyFrame is the size of a request body without its events: the frame
+// around them with the write key and the compatibility BodyFields.
+func (s *settings) bodyFrame() int {
+	frame := wire.NewFrame(s.writeKey, s.compat.BodyFields, s.EventSentAt)
+	return frame.Size()
+}
+
+// retryPolicy is the counted-retry policy of the settings (R26–R28);
+// noRetry, set when Close begins, ends retries (shared.Compat FastClose;
+// nil without).
+func (s *settings) retryPolicy(noRetry *atomic.Bool) retryPolicy {
+	return retryPolicy{
+		maxRetries:      s.MaxRetries,
+		maxBackoffTotal: s.MaxTotalBackoffDuration,
+		httpTimeout:     s.HTTPTimeout,
+		delay:           s.backoff.delay,
+		retryDelay:      s.compat.RetryDelay,
+		noRetry:         noRetry,
+	}
 }
 
 // Upper bounds of the numeric options. New returns a *ConfigError naming
@@ -513,33 +671,4 @@ func checkEndpoint(endpoint string) error {
 			", without a query or fragment")
 	}
 	return nil
-}
-
-// redactURL hides the user information (user name and password) of a URL,
-// parseable or not, so that it can be logged.
-func redactURL(raw string) string { return httpbatch.RedactURL(raw) }
-
-// Seams for the segment v3 compatibility package (segmentv3) and for
-// analyticstest's Fake. They are reached through internal/shared, so they
-// are not part of this package's API; see shared.Compat for what each
-// compatibility setting does.
-
-func init() {
-	shared.CompatOption = func(c shared.Compat) any {
-		return optionFunc(func(s *settings) {
-			if len(c.BodyFields) > 0 && !wire.ValidExtra(c.BodyFields, maxBodyFields) {
-				s.errs = append(s.errs, invalid("BodyFields", len(c.BodyFields), "must be at most shared.MaxBodyFields bytes of JSON object members"))
-			}
-			s.compat = c
-		})
-	}
-	shared.MaxBodyFields = maxBodyFields
-	shared.CheckEndpoint = func(endpoint string) error {
-		return checkEndpoint(strings.TrimSuffix(endpoint, "/"))
-	}
-	shared.Prepare = func(m any, now func() time.Time, newID func() string) (any, error) {
-		msg, _ := m.(Message) // nil or not a Message: rejected as unknown below
-		return prepareDetached(msg, now, newID)
-	}
-	shared.Decode = func(raw []byte) (any, error) { return decodeMessage(raw) }
 }

@@ -36,7 +36,7 @@ func (w *consumer) run() {
 	w.timer = time.NewTimer(time.Hour)
 	w.timer.Stop()
 	for {
-		b := w.next()
+		b := w.nextBatch()
 		if b == nil {
 			return
 		}
@@ -45,16 +45,16 @@ func (w *consumer) run() {
 	}
 }
 
-// next returns the next batch to send, or nil when the client shuts down.
+// nextBatch returns the next batch to send, or nil when the client shuts down.
 // Nothing is taken while the rate-limit gate is shut (R32, R64); then
 // batches that are due go before new ones, oldest due first (R47).
-func (w *consumer) next() *batch {
+func (w *consumer) nextBatch() *batch {
 	for {
 		if w.interrupt.Err() != nil {
 			return nil
 		}
 		now := time.Now()
-		t := w.room.next(now, w.probe)
+		t := w.room.takeTurn(now, w.probe)
 		w.settle.rateLimitExceeded(t.gate.expired)
 		if t.gate.probe != nil {
 			w.probe = t.gate.probe
@@ -109,18 +109,24 @@ func (w *consumer) sleepUntil(answer chan struct{}) bool {
 	return true
 }
 
-// sleepGate waits at a shut gate: for its deadline, or for the answer to
-// another consumer's probe (R64). It reports false at shutdown.
+// sleepGate waits at a shut gate: for its deadline, for the answer to
+// another consumer's probe (R64), or until a Close that waits for no retry
+// opens it (shared.Compat FastClose). It reports false at shutdown.
 func (w *consumer) sleepGate(g gateState) bool {
+	var expired <-chan time.Time
 	if g.answer == nil {
-		return w.sleep(g.wait, nil)
+		w.timer.Reset(g.wait)
+		defer w.timer.Stop()
+		expired = w.timer.C
 	}
 	select {
+	case <-expired:
 	case <-g.answer:
-		return true
+	case <-w.room.opened:
 	case <-w.interrupt.Done():
 		return false
 	}
+	return true
 }
 
 // sleep waits until d has passed (d < 0: no limit), work may have arrived,
@@ -166,8 +172,7 @@ func (w *consumer) attempt(b *batch) {
 		w.settle.handBack(b, nil)
 		return
 	}
-	if b.retryPending {
-		b.retryPending = false
+	if b.sendingRetry() {
 		w.settle.stats.retries.Add(1)
 	}
 	ctx, cancel := context.WithTimeout(w.interrupt, w.policy.httpTimeout) // R8
@@ -195,7 +200,7 @@ func (w *consumer) attempt(b *batch) {
 	if r.cause == nil && r.outcome != outcomeRateLimited {
 		w.endEpisode() // R34: an answer without a wait; a transport error is no answer
 	}
-	if r.retried() && w.policy.stopped() {
+	if r.retried() && w.policy.retriesEnded() {
 		w.settle.failed(b, b.lastErr) // Close waits for no retry (shared.Compat FastClose)
 		return
 	}
@@ -254,7 +259,7 @@ func (w *consumer) passGate(b *batch) bool {
 // when a budget is spent.
 func (w *consumer) retryLater(b *batch, now time.Time) {
 	if spent := w.policy.spent(b, now); spent != nil {
-		w.settle.failed(b, &DeliveryError{Reason: spent, Last: b.lastErr, Attempts: b.attempts})
+		w.settle.failed(b, b.budgetError(spent))
 		return
 	}
 	k, healthy, line := w.room.failed(b, now) // R61: k restarts at every 2xx to anyone
@@ -266,9 +271,7 @@ func (w *consumer) retryLater(b *batch, now time.Time) {
 	default:
 		d = w.policy.delay(k)
 	}
-	b.retries++
-	b.retryPending = true
-	b.rateLimited = false
+	b.scheduleRetry()
 	w.park(b, now.Add(d))
 	w.outage.write(line) // R51
 }
@@ -306,9 +309,6 @@ func (w *consumer) authorize(b *batch) bool {
 	}
 	return false
 }
-
-// awaitsToken picks the batches that wait for an OAuth token (R50).
-func awaitsToken(b *batch) bool { return b.awaitToken }
 
 func (w *consumer) endEpisode() {
 	if w.room.endEpisode() {

@@ -1,9 +1,6 @@
 package analytics
 
 import (
-	"math/bits"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -136,80 +133,5 @@ func (w *consumer) splitAndPark(b *batch, d1, d2 time.Time) {
 func (w *consumer) park(b *batch, due time.Time) {
 	if !w.room.wait(b, due) {
 		w.settle.handBack(b, nil)
-	}
-}
-
-// isolation is the request budget of a batch being halved after a 400
-// (R66), shared by every piece of it, and what the pieces came to: the
-// logs say it in one line once every piece has its outcome (R51), not a
-// line per piece.
-type isolation struct {
-	left     atomic.Int64 // requests the pieces may still make
-	requests atomic.Int64 // requests made: the refused one and the pieces'
-	events   int          // in the refused batch
-
-	mu        sync.Mutex
-	pieces    int   // pieces without an outcome
-	delivered int64 // events delivered
-	failed    int64 // events failed
-	err       error // the first failure's error
-}
-
-// newIsolation starts the isolation of b, refused with a 400.
-func newIsolation(b *batch) *isolation {
-	s := &isolation{events: len(b.events), pieces: 1}
-	s.left.Store(isolationBudget(len(b.events)))
-	s.requests.Store(1)
-	return s
-}
-
-// settled records the outcome of a piece of n events (err nil: delivered;
-// a hand-back counts as neither) and reports whether it was the last.
-func (s *isolation) settled(n int, err error, handedBack bool) (last bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch {
-	case handedBack:
-	case err == nil:
-		s.delivered += int64(n)
-	default:
-		s.failed += int64(n)
-		if s.err == nil {
-			s.err = err
-		}
-	}
-	s.pieces--
-	return s.pieces == 0
-}
-
-// report is the one line about an isolation that has ended (R51).
-func (s *isolation) report(log *zap.Logger) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	fields := []zap.Field{zap.Int64("events", s.failed), zap.Int("ofBatch", s.events),
-		zap.Int64("delivered", s.delivered), zap.Int64("requests", s.requests.Load())}
-	if s.failed == 0 {
-		log.Debug("batch answered 400: its events were delivered once it was halved", fields...)
-		return
-	}
-	log.Error("events not delivered", append(fields, zap.Error(s.err))...)
-}
-
-// isolationBudget is the number of requests the pieces of a batch of n
-// events refused with a 400 may make: 4·⌈log₂ n⌉, enough to find two
-// events at fault among any n (halving finds one in 2·⌈log₂ n⌉).
-func isolationBudget(n int) int64 { return 4 * int64(bits.Len(uint(n-1))) }
-
-// take spends the two requests of one more halving; false when the budget
-// does not have them.
-func (s *isolation) take() bool {
-	for {
-		left := s.left.Load()
-		if left < 2 {
-			return false
-		}
-		if s.left.CompareAndSwap(left, left-2) {
-			return true
-		}
 	}
 }

@@ -10,8 +10,9 @@ import (
 // log until it has its outcome, so a process that dies — kill -9, panic,
 // OOM kill — loses nothing it had accepted: the next client that opens the
 // same directory sends those events first, with the same messageIds. The
-// log lives in internal/diskbuf. This file holds the options and errors of
-// durable mode; spill.go joins the log to the pipeline: accept appends
+// log lives in internal/diskbuf. This file holds the disk options and the
+// errors of durable mode (WithDiskBuffer is with the client's options, in
+// config.go); spill.go joins the log to the pipeline: accept appends
 // before the event is queued, the settler acknowledges every delivered or
 // failed event (handed-back ones stay on disk), New replays, and Close
 // closes. docs/durable.md describes the design.
@@ -149,69 +150,5 @@ func WithSegmentSize(bytes int64) DiskOption {
 			d.errs = append(d.errs, invalid("DiskBuffer.SegmentSize", bytes, "must be at least 64 KiB"))
 		}
 		d.segment = bytes
-	})
-}
-
-// WithDiskBuffer turns on durable mode: every accepted event's JSON is
-// appended to a log in dir (created with mode 0700 if missing) and written
-// to the operating system before the enqueue call returns, so it survives
-// the process dying at any instant; the fsync policy (WithFsync) bounds
-// what a power loss can lose. Delivered and failed events are
-// acknowledged in the log (after their callback: a crash between the two
-// repeats the callback at the next start, never loses it) and their space
-// reclaimed a segment at a time; events without an outcome at Close stay
-// on disk and get no callback then (see Client.Close). So a callback, in
-// whichever client it runs, is each event's final outcome: an OnError
-// that writes a dead-letter file sees each failed event once, and never
-// an event that is only waiting on disk. New sends the events an earlier
-// client left in dir before
-// any new one, with the same messageIds; callbacks receive them as
-// messages decoded from the stored JSON. One client at a time may use dir:
-// New fails with ErrDiskBufferLocked otherwise. dir must be private to the
-// process's user: New refuses (with a *DiskError saying why) a directory
-// writable by group or others or owned by another user. New opens a
-// directory on a full disk (enqueue calls then return a *DiskError until
-// delivered events free space).
-//
-// The disk is the buffer: QueueCapacity bounds the events held in memory,
-// and WithDiskLimit what is accepted. An event that finds memory full is
-// kept on disk only (Stats.Spilled) and read back, oldest first, by a
-// goroutine of the client's as batches leave; events are sent in the order
-// they were accepted, replayed ones first; their callbacks get messages
-// decoded from the stored JSON. New does not load the replayed events
-// either: they are read back the same way. Flush and Close wait for
-// events on disk only like any other, and Close keeps them there like
-// the events in memory: Close's error says how many it kept, and they are
-// counted in Stats.HandedBack and Stats.OnDisk.
-//
-// The directory must be left to the client: events whose records another
-// process removes, cuts short or replaces before they are read back are
-// failed without a callback and counted in Stats.DiskLost (one error log
-// line names how many); docs/durable.md lists each such case.
-//
-// An enqueue call then costs one append to the log more; it returns an
-// error matching ErrQueueFull past the disk limit (WithDiskLimit; the
-// non-blocking calls at once, EnqueueContext once its context ends, as it
-// waits for delivered events to free space) and a *DiskError when the
-// write fails. Without this option nothing touches the disk. The files and
-// the capacity model are described in docs/durable.md.
-func WithDiskBuffer(dir string, opts ...DiskOption) Option {
-	return optionFunc(func(s *settings) {
-		d := &diskSettings{dir: dir, interval: DefaultFsyncInterval, limit: DefaultDiskLimit, segment: DefaultSegmentSize}
-		if dir == "" {
-			s.errs = append(s.errs, invalid("DiskBuffer", `""`, "directory must not be empty"))
-		}
-		for _, o := range opts {
-			if o == nil {
-				s.errs = append(s.errs, invalid("DiskOption", nil, "must not be nil"))
-				continue
-			}
-			o.applyDisk(d)
-		}
-		if d.limit < 2*d.segment {
-			d.errs = append(d.errs, invalid("DiskBuffer.DiskLimit", d.limit, "must be at least twice the segment size"))
-		}
-		s.errs = append(s.errs, d.errs...)
-		s.disk = d
 	})
 }

@@ -67,7 +67,7 @@ func benchTrackMode(b *testing.B, opts ...Option) {
 		b.ReportMetric(float64(cpu)/float64(b.N), "cpu-ns/op")
 	}
 	if c.disk != nil {
-		b.ReportMetric(float64(c.disk.log.Written())/float64(b.N), "disk-B/event")
+		b.ReportMetric(float64(c.disk.diskLog.Written())/float64(b.N), "disk-B/event")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/relaykit/analytics-go/internal/httpbatch"
 	"github.com/relaykit/analytics-go/internal/wire"
 )
 
@@ -226,3 +227,30 @@ func (e *DeliveryError) Unwrap() []error {
 	}
 	return []error{e.Reason, e.Last}
 }
+
+// ConfigError reports an invalid option given to New. Field names the
+// setting (for example "MaxRetries").
+type ConfigError struct {
+	Field  string
+	Value  any
+	Reason string
+}
+
+// Error names the field, its value and the reason. User information in a
+// URL value (a password) is shown as xxxxx.
+func (e *ConfigError) Error() string {
+	v := e.Value
+	if u, ok := v.(string); ok {
+		v = redactURL(u)
+	}
+	return fmt.Sprintf("analytics: invalid %s (%v): %s", e.Field, v, e.Reason)
+}
+
+// invalid is the *ConfigError of field's value.
+func invalid(field string, value any, reason string) *ConfigError {
+	return &ConfigError{Field: field, Value: value, Reason: reason}
+}
+
+// redactURL hides the user information (user name and password) of a URL,
+// parseable or not, so that it can be logged.
+func redactURL(raw string) string { return httpbatch.RedactURL(raw) }

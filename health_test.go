@@ -274,7 +274,7 @@ func TestSixHourOutage(t *testing.T) {
 // batches waiting for a deadline or a token where they were.
 func TestReleaseKeepsDueOrder(t *testing.T) {
 	now := time.Now()
-	r := newWaitingRoom(time.Hour, newCapacity(100))
+	r := newWaitingRoom(time.Hour, newCapacity(100), defaultBackoffPolicy())
 	counted := func(name string) *batch {
 		return &batch{events: []event{{data: []byte(name)}}, retryPending: true}
 	}

@@ -81,3 +81,11 @@ func (l *ledger) mark() <-chan struct{} {
 // flushedSince reports whether a Flush or Close was asked for after epoch
 // began.
 func (l *ledger) flushedSince(epoch uint64) bool { return epoch < l.current() }
+
+// epochRun is a run of events accepted in the same ledger epoch that
+// were counted without being queued (durable mode: on disk only, see
+// queue.account).
+type epochRun struct {
+	epoch uint64
+	n     int64
+}

@@ -26,18 +26,3 @@ type AttemptInfo struct {
 	// by Close. It is nil when Status is set, whatever the status.
 	Err error
 }
-
-// WithAttemptHook registers f, called once after every HTTP attempt with
-// its description, for metrics such as request duration and batch size
-// (package analyticsotel uses it). Default: none, and then attempts are
-// not timed at all.
-//
-// f runs on the consumer goroutine that made the attempt, before the
-// attempt's outcome is settled (so before OnSuccess or OnError for that
-// batch); calls from different consumers may run concurrently. It must
-// return quickly and must not call the client's Flush or Close. A panic in
-// f is recovered and logged. AttemptInfo never contains the write key or
-// event payloads.
-func WithAttemptHook(f func(AttemptInfo)) Option {
-	return optionFunc(func(s *settings) { s.attemptHook = f })
-}

@@ -1,141 +1,15 @@
 package analytics
 
 import (
-	"math/bits"
 	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
 )
 
-// What the logs say about a server that fails (docs/delivery.md R51): one
-// warning when it starts failing, one aggregated warning at most every
-// outageReportInterval while it goes on, and one information line when it
-// answers again. The state lives in the waiting room beside the server's
-// health (R60), under the same lock, and is judged from the same recent
-// answers; the lines are written by the consumer that saw the answer,
-// outside the lock.
-
-// outageReportInterval is the least time between two warnings about a
-// failing server.
-const outageReportInterval = 30 * time.Second
-
-// The server starts failing at a counted failure after which either at
-// least outageMinFailures of the recent answers, and at least half of them,
-// are counted failures, or the last outageStreak answers are counted
-// failures and the first of them is outageStreakAge old (a client with
-// few requests, whose window still holds the 2xx answers of before).
-const (
-	outageMinFailures = 3
-	outageStreak      = 4
-	outageStreakAge   = time.Second
-)
-
-// outage is the client's view of a failing server; guarded by the waiting
-// room's mutex.
-type outage struct {
-	on          bool      // the server is failing
-	announced   bool      // a warning said so (a run that starts within outageReportInterval of the last warning waits for the next one)
-	since       time.Time // first counted failure of the run
-	streakStart time.Time // first counted failure since the last 2xx
-	lastLine    time.Time // last warning
-	failures    int64     // counted failures since the run began
-	unreported  int64     // counted failures since the last warning
-	lastErr     error     // the last counted failure's error
-	// changed is closed at the next counted failure or usable Retry-After:
-	// Close, in durable mode, looks again whether the server answers.
-	changed chan struct{}
-}
-
-// outageKind is what a line says.
-type outageKind int
-
-const (
-	outageNone    outageKind = iota
-	outageStarted            // WARN: the server started failing
-	outageGoingOn            // WARN: it still fails
-	outageEnded              // INFO: it answers again
-)
-
-// outageLine is one line about a failing server, its numbers taken under
-// the waiting room's lock.
-type outageLine struct {
-	kind     outageKind
-	err      error
-	failures int64         // started: failures among the recent answers; going on: since the last line; ended: in the whole run
-	recent   int           // started: the recent answers they are among
-	lasted   time.Duration // since the run's first counted failure
-}
-
-// poke wakes whoever watches changed.
-func (o *outage) poke() {
-	if o.changed != nil {
-		close(o.changed)
-		o.changed = nil
-	}
-}
-
-// failure records a counted failure with err at now, already noted in h,
-// and says which line is due.
-func (o *outage) failure(h *health, now time.Time, err error) outageLine {
-	known := h.recent & uint16(1<<h.seen-1)
-	streak := bits.TrailingZeros16(^known)
-	if streak <= 1 || o.streakStart.IsZero() {
-		o.streakStart = now
-	}
-	o.lastErr = err
-	o.unreported++
-	o.poke()
-	if !o.on {
-		failures := bits.OnesCount16(known)
-		byShare := failures >= outageMinFailures && 2*failures >= h.seen
-		byStreak := streak >= outageStreak && now.Sub(o.streakStart) >= outageStreakAge
-		if !byShare && !byStreak {
-			return outageLine{}
-		}
-		o.on, o.announced, o.since = true, false, o.streakStart
-		o.failures, o.unreported = int64(failures), int64(failures)
-		if !o.lastLine.IsZero() && now.Sub(o.lastLine) < outageReportInterval {
-			return outageLine{} // announced by the next warning, when the interval has passed
-		}
-		o.announced, o.lastLine, o.unreported = true, now, 0
-		return outageLine{kind: outageStarted, err: err, failures: int64(failures), recent: h.seen, lasted: now.Sub(o.since)}
-	}
-	o.failures++
-	if now.Sub(o.lastLine) < outageReportInterval {
-		return outageLine{}
-	}
-	line := outageLine{kind: outageGoingOn, err: err, failures: o.unreported, lasted: now.Sub(o.since)}
-	if !o.announced {
-		line.kind, o.announced = outageStarted, true
-	}
-	o.lastLine, o.unreported = now, 0
-	return line
-}
-
-// success records a 2xx at now, already noted in h; retrying reports
-// whether a batch still waits for a counted retry. The run ends when the
-// recent answers show a healthy server (R63's measure: at least four,
-// fewer than half of them failures), or when nothing failed is left to
-// retry; its end is told only if its start was.
-func (o *outage) success(h *health, now time.Time, retrying func() bool) outageLine {
-	o.streakStart = time.Time{}
-	if !o.on {
-		return outageLine{}
-	}
-	known := h.recent & uint16(1<<h.seen-1)
-	healthy := h.seen >= 4 && 2*bits.OnesCount16(known) < h.seen
-	if !healthy && retrying() {
-		return outageLine{}
-	}
-	o.on = false
-	if !o.announced {
-		return outageLine{}
-	}
-	line := outageLine{kind: outageEnded, err: o.lastErr, failures: o.failures, lasted: now.Sub(o.since)}
-	o.failures, o.unreported, o.lastErr = 0, 0, nil
-	return line
-}
+// The lines about a failing server (docs/delivery.md R51) are decided in
+// the waiting room under its lock (outage, health.go) and written here, by
+// the consumer that saw the answer, outside the lock.
 
 // outageLog writes the lines about a failing server, with what is held:
 // events without an outcome, batches waiting in the room, events on disk
@@ -149,6 +23,11 @@ type outageLog struct {
 	before atomic.Int64 // Stats.Delivered at the first warning of a run
 }
 
+func newOutageLog(log *zap.Logger, q *queue, room *waitingRoom, disk *durable, stats *counters) *outageLog {
+	return &outageLog{log: log, q: q, room: room, disk: disk, stats: stats}
+}
+
+// write writes l, if it says anything; o may be nil (no lines).
 func (o *outageLog) write(l outageLine) {
 	if l.kind == outageNone || o == nil {
 		return
@@ -161,7 +40,7 @@ func (o *outageLog) write(l outageLine) {
 	}
 	fields = append(fields, zap.Int("heldEvents", o.q.outstanding()), zap.Int("waitingBatches", batches))
 	if o.disk != nil {
-		fields = append(fields, zap.Int64("onDisk", o.disk.onDiskNow.Load()))
+		fields = append(fields, zap.Int64("onDisk", o.disk.heldOnDisk()))
 	}
 	delivered := zap.Int64("deliveredEvents", o.stats.delivered.Load()-o.before.Load()) // since the first warning
 	switch l.kind {

@@ -57,6 +57,29 @@ func newQueue(places *capacity, flushAt, maxBytes int, interval time.Duration) *
 	}
 }
 
+// queueOptions are what a client's queue and its capacity are made of;
+// config.go derives them from the settings.
+type queueOptions struct {
+	capacity    int           // QueueCapacity (R43)
+	flushAt     int           // events that close a batch
+	interval    time.Duration // FlushInterval (R46)
+	maxBytes    int           // bytes of events that close a batch (R45)
+	perEvent    int           // bytes the body adds to each event beyond its JSON (R59)
+	markBatches int           // the high-water mark, in full batches (R71)
+}
+
+// newQueueWith returns the queue o describes and its capacity, which the
+// waiting room shares (R43, R44).
+func newQueueWith(o queueOptions) (*queue, *capacity) {
+	places := newCapacity(o.capacity)
+	places.wakeWhen(o.flushAt) // blocked producers wake when a batch fits
+	places.markAt(o.markBatches * o.flushAt)
+	q := newQueue(places, o.flushAt, o.maxBytes, o.interval)
+	q.perEvent = o.perEvent
+	q.markBytesFor(o.markBatches) // R71, in bytes
+	return q, places
+}
+
 const maxInt = int(^uint(0) >> 1)
 
 func signal(ch chan struct{}) {
@@ -236,20 +259,14 @@ func (q *queue) take(now time.Time) (*batch, time.Duration) {
 		q.mu.Unlock()
 		return nil, due.Sub(now)
 	}
-	b := newBatch(min(q.flushAt, q.n, 512))
-	for q.n > 0 && len(b.events) < q.flushAt {
+	k, bytes := q.fitting()
+	b := newBatch(k) // sized to what it takes: a batch may wait long in the room
+	for range k {
 		ev := &q.ring[q.head]
-		size := weight(ev.data, 0) // its JSON and the comma before it
-		if len(b.events) == 0 {
-			size-- // the first has none
-		}
-		if len(b.events) > 0 && b.inBody(q.perEvent)+size+q.perEvent > q.maxBytes {
-			break
-		}
 		b.events = append(b.events, *ev)
 		q.dropHead(ev)
-		b.bytes += size
 	}
+	b.bytes = bytes
 	q.noteMark()
 	more := q.n > 0
 	if more {
@@ -265,6 +282,25 @@ func (q *queue) take(now time.Time) (*batch, time.Duration) {
 		q.onTake()
 	}
 	return b, 0
+}
+
+// fitting is how many of the queued events, oldest first, the next batch
+// takes: at most flushAt, and as many as its body has room for (R45), at
+// least one; and what they take in a body before the per-event extra
+// (batch.bytes). q.mu is held.
+func (q *queue) fitting() (n, bytes int) {
+	for n < q.n && n < q.flushAt {
+		size := weight(q.ring[q.ringIndex(n)].data, 0) // its JSON and the comma before it
+		if n == 0 {
+			size-- // the first has none
+		}
+		if n > 0 && bytes+n*q.perEvent+size+q.perEvent > q.maxBytes {
+			break
+		}
+		bytes += size
+		n++
+	}
+	return n, bytes
 }
 
 // setBudget changes where batches close (R67, R68): at maxBytes of events
@@ -469,12 +505,9 @@ func (c *capacity) markAt(events int) {
 	c.highWater = max(c.wakeAt, min(int64(events), c.limit))
 }
 
-// highWaterMark is the high-water mark R71 sets for a client with these
-// settings: a batch ready for every other consumer, and at least one
-// (bounded by QueueCapacity, see markAt).
-func highWaterMark(consumers, flushAt int) int { return markBatches(consumers) * flushAt }
-
-// markBatches is how many full batches the high-water mark holds (R71).
+// markBatches is how many full batches the high-water mark holds (R71): a
+// batch ready for every other consumer, and at least one (bounded by
+// QueueCapacity, see markAt).
 func markBatches(consumers int) int { return max(1, consumers/2) }
 
 // reserve takes one place if the limit allows it, for an event that is
@@ -525,14 +558,26 @@ func (c *capacity) taken(n int, force bool) {
 	c.release(n, force)
 }
 
-// room is how many more events blocked producers may queue now: free
+// grantable is how many more events blocked producers may queue now: free
 // places, and no more than the high-water mark allows.
-func (c *capacity) room() int64 {
+func (c *capacity) grantable() int64 {
 	if c.bytesAtMark.Load() {
 		return 0
 	}
 	return min(c.limit-c.held.Load(), c.highWater-c.untaken.Load())
 }
+
+// free is how many places are free (negative when more are held than the
+// limit, after a batch came back to the waiting room).
+func (c *capacity) free() int64 { return c.limit - c.held.Load() }
+
+// batch is the number of free places that wakes blocked producers: a
+// batch's worth (see wakeWhen).
+func (c *capacity) batch() int64 { return c.wakeAt }
+
+// onRelease has ch signalled whenever places are released (durable mode:
+// the disk reader waits on it). Call it before the capacity is shared.
+func (c *capacity) onRelease(ch chan struct{}) { c.freed = ch }
 
 // full reports whether the limit is reached.
 func (c *capacity) full() bool { return c.held.Load() >= c.limit }
@@ -543,6 +588,21 @@ func (c *capacity) queued() bool { return c.waiters.Load() > 0 }
 // hold takes n places whatever the limit: a batch returning to the waiting
 // room was accepted long ago and is never refused (R44).
 func (c *capacity) hold(n int) { c.held.Add(int64(n)) }
+
+// holdBatch holds the places of b, a batch that enters the waiting room
+// (see hold).
+func (c *capacity) holdBatch(b *batch) { c.hold(len(b.events)) }
+
+// releaseBatches returns the places of bs, batches that leave the waiting
+// room (to be sent, failed or handed back), and wakes the line whatever
+// their number (R43).
+func (c *capacity) releaseBatches(bs ...*batch) {
+	n := 0
+	for _, b := range bs {
+		n += len(b.events)
+	}
+	c.release(n, true)
+}
 
 // release returns n places and wakes the line if wakeAt places are free or
 // force is set (the queue runs dry: any room is useful).
@@ -560,7 +620,7 @@ func (c *capacity) release(n int, force bool) {
 
 // grantLocked gives free places to the line, oldest first, one each.
 func (c *capacity) grantLocked(force bool) {
-	if len(c.line) == 0 || (!force && c.room() < c.wakeAt) {
+	if len(c.line) == 0 || (!force && c.grantable() < c.wakeAt) {
 		return
 	}
 	n := 0
@@ -589,7 +649,7 @@ func (c *capacity) await() *blockedProducer {
 	// Room released since the caller found none goes to the line now,
 	// oldest first: a producer sleeps only while the client is full or
 	// the queue at its high-water mark.
-	c.grantLocked(c.room() > 0)
+	c.grantLocked(c.grantable() > 0)
 	c.mu.Unlock()
 	return w
 }

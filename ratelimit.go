@@ -3,7 +3,6 @@ package analytics
 import (
 	"cmp"
 	"container/heap"
-	"math/bits"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -34,95 +33,33 @@ type waitingRoom struct {
 	unpaced  bool          // shared.Compat NoRetryAllowance: counted retries take no token
 
 	health health
-	outage outage // what the logs say about a failing server (outage.go)
+	outage outage // what the logs say about a failing server (health.go)
 	// release is the first counted wait d_1 (R62), and releaseMax its
 	// longest draw: after a 2xx, no counted retry stays due later than
-	// that. Both come from the backoff policy (retry.go), which no option
-	// changes.
+	// that. Both come from the client's backoff policy (retry.go).
 	release, releaseMax time.Duration
 	latest              time.Time // no counted retry waits later than this (zero: none waits)
 
-	ready chan struct{} // cap 1: a batch arrived, or more are due
+	ready  chan struct{} // cap 1: a batch arrived, or more are due
+	opened chan struct{} // closed by dueNow: consumers at the gate go on
 }
 
-func newWaitingRoom(limit time.Duration, places *capacity) *waitingRoom {
+// newWaitingRoom returns the room of a client whose rate-limit episodes
+// last at most limit (MaxRateLimitDuration), whose held events count in
+// places, and whose counted retries wait as backoff says (R26, R62).
+func newWaitingRoom(limit time.Duration, places *capacity, backoff backoffPolicy) *waitingRoom {
+	release, releaseMax := backoff.firstWait()
 	return &waitingRoom{
-		limit: limit, places: places, ready: make(chan struct{}, 1),
+		limit: limit, places: places, ready: make(chan struct{}, 1), opened: make(chan struct{}),
 		health:  health{tokens: allowanceBurst},
-		release: defaultBackoffPolicy().InitialInterval, releaseMax: defaultBackoffPolicy().longestFirst(),
+		release: release, releaseMax: releaseMax,
 	}
 }
 
-// The retry allowance (R63), a token bucket in the manner of gRPC's retry
-// throttling and the AWS SDKs' retry quota: a consumer takes a token when
-// it takes a due counted retry; tokens come back at allowanceRate per second and
-// allowancePerSuccess for every 2xx, up to allowanceBurst. A counted retry
-// that finds no token waits for one; first attempts and rate-limited
-// retries never do. While at most three in four answers are counted
-// failures, 2xx answers refill it faster than retries drain it, and it never
-// binds; against a server that fails more, retries leave at the rate 2xx
-// answers pay for, and during an outage at allowanceRate.
-const (
-	allowanceRate       = 5.0 // tokens per second without any 2xx
-	allowancePerSuccess = 3.0
-	allowanceBurst      = 20.0
-)
-
-// health is the server's health as every consumer saw it (R60): guarded by
-// the waiting room's mutex.
-type health struct {
-	epoch    uint64    // 2xx answers so far: a batch's streak restarts when it moves (R61)
-	tokens   float64   // retry allowance (R63)
-	refilled time.Time // when tokens were last brought up to date
-	recent   uint16    // the last answers, newest in bit 0: 1 a counted failure, 0 a 2xx
-	seen     int       // how many bits of recent hold an answer (at most recentAnswers)
-}
-
-// recentAnswers is how many of the latest answers decide whether the server
-// is healthy (R63).
-const recentAnswers = 16
-
-// note records one answer: a counted failure or a 2xx.
-func (h *health) note(failure bool) {
-	h.recent <<= 1
-	if failure {
-		h.recent |= 1
-	}
-	h.seen = min(h.seen+1, recentAnswers)
-}
-
-// healthy reports whether the recent answers show a healthy server (R63)
-// to a batch whose streak is streak: at least four of them, and fewer than
-// half counted failures, once the batch's own failures since the last 2xx
-// are left out (they are the newest answers, after the last 2xx, so at most
-// the failures that follow it).
-func (h *health) healthy(streak int) bool {
-	known := h.recent & uint16(1<<h.seen-1)
-	failures := bits.OnesCount16(known)
-	own := min(streak, bits.TrailingZeros16(^known)) // the failures after the last 2xx, at most
-	seen, failures := h.seen-own, failures-own
-	return seen >= 4 && 2*failures < seen
-}
-
-// refill brings the allowance up to now.
-func (h *health) refill(now time.Time) {
-	if !h.refilled.IsZero() && now.After(h.refilled) {
-		h.tokens = min(allowanceBurst, h.tokens+now.Sub(h.refilled).Seconds()*allowanceRate)
-	}
-	if now.After(h.refilled) {
-		h.refilled = now
-	}
-}
-
-// allowed reports how long a counted retry must wait for a token at now
-// (0: one is there).
-func (h *health) allowed(now time.Time) time.Duration {
-	h.refill(now)
-	if h.tokens >= 1 {
-		return 0
-	}
-	return time.Duration((1 - h.tokens) / allowanceRate * float64(time.Second))
-}
+// unpace lets counted retries leave without a token of the retry
+// allowance (shared.Compat NoRetryAllowance). Call it before the room is
+// shared.
+func (r *waitingRoom) unpace() { r.unpaced = true }
 
 // failed records a counted failure of b (R60) at now. It returns the k of
 // its next wait, b's counted failures since the server last answered 2xx to
@@ -131,17 +68,14 @@ func (h *health) allowed(now time.Time) time.Duration {
 // that a batch unlucky on its own against a server that answers most
 // requests does not sit out growing waits, even when it is the last one left
 // and its own failures fill the window; and the line due about a failing
-// server (outage.go), if any.
+// server (written by outageLog), if any.
 func (r *waitingRoom) failed(b *batch, now time.Time) (k int, healthy bool, line outageLine) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.health.note(true)
 	line = r.outage.failure(&r.health, now, b.lastErr)
-	if b.epoch != r.health.epoch {
-		b.epoch, b.streak = r.health.epoch, 0
-	}
-	b.streak++
-	return b.streak, r.health.healthy(b.streak), line
+	k = b.countFailure(r.health.successes)
+	return k, r.health.healthy(k), line
 }
 
 // Bounds of the healthy wait d_h (R61): a counted retry against a healthy
@@ -163,22 +97,19 @@ func healthyWait() time.Duration {
 // instant (the window is cut in equal slices, one per batch, and each
 // batch draws its instant inside its slice). Rate-limited batches and
 // batches waiting for a token keep their instant. It returns the line due
-// about a failing server that answers again (outage.go), if any.
+// about a failing server that answers again (written by outageLog), if any.
 func (r *waitingRoom) succeeded(now time.Time) (line outageLine) {
 	r.mu.Lock()
-	r.health.epoch++
-	r.health.note(false)
+	r.health.succeeded(now)
 	line = r.outage.success(&r.health, now, r.retryingLocked)
-	r.health.refill(now)
-	r.health.tokens = min(allowanceBurst, r.health.tokens+allowancePerSuccess)
 	horizon := now.Add(r.releaseMax)
-	if r.latest.IsZero() || !r.latest.After(horizon) {
+	if r.unpaced || r.latest.IsZero() || !r.latest.After(horizon) { // unpaced: each batch keeps its own schedule
 		r.mu.Unlock()
 		return line
 	}
 	late := make([]int, 0, len(r.waiting))
 	for i, w := range r.waiting {
-		if w.b.retryPending && !w.b.rateLimited && !w.b.awaitToken && w.due.After(horizon) {
+		if w.b.countedRetry() && !w.b.awaitToken && w.due.After(horizon) {
 			late = append(late, i)
 		}
 	}
@@ -245,7 +176,7 @@ func (r *waitingRoom) putLocked(b *batch, due time.Time) bool {
 	if b.retryPending && due.After(r.latest) {
 		r.latest = due
 	}
-	r.places.hold(len(b.events)) // never refused, but counted (R44)
+	r.places.holdBatch(b) // never refused, but counted (R44)
 	return true
 }
 
@@ -291,7 +222,7 @@ func (r *waitingRoom) expireLocked() []*batch {
 	for _, w := range r.waiting {
 		if w.b.rateLimited {
 			expired = append(expired, w.b)
-			r.places.release(len(w.b.events), true)
+			r.places.releaseBatches(w.b)
 		} else {
 			kept = append(kept, w)
 		}
@@ -383,12 +314,12 @@ type turn struct {
 	gate gateState
 }
 
-// next passes the gate and takes the batch that has been due longest
+// takeTurn passes the gate and takes the batch that has been due longest
 // (R47). With the gate shut it returns the gate; otherwise, with nothing
 // due, how long until the next batch is due, or -1 when none waits. A
 // counted retry also needs a token of the retry allowance (R63); without
 // one it stays, and wait says when the token comes.
-func (r *waitingRoom) next(now time.Time, held chan struct{}) (t turn) {
+func (r *waitingRoom) takeTurn(now time.Time, held chan struct{}) (t turn) {
 	r.mu.Lock()
 	t.gate = r.gateLocked(now, held)
 	if t.gate.shut() {
@@ -406,18 +337,17 @@ func (r *waitingRoom) next(now time.Time, held chan struct{}) (t turn) {
 		t.wait = first.due.Sub(now)
 		return t
 	}
-	if first.b.retryPending && !first.b.rateLimited && !r.unpaced {
-		if wait := r.health.allowed(now); wait > 0 {
+	if first.b.countedRetry() && !r.unpaced {
+		if wait := r.health.takeToken(now); wait > 0 {
 			r.mu.Unlock()
 			t.wait = wait
 			return t
 		}
-		r.health.tokens--
 	}
 	t.b = heap.Pop(&r.waiting).(waiter).b
 	more := len(r.waiting) > 0
 	r.mu.Unlock()
-	r.places.release(len(t.b.events), true)
+	r.places.releaseBatches(t.b)
 	if more {
 		signal(r.ready) // another consumer takes or times the next one
 	}
@@ -432,13 +362,11 @@ func (r *waitingRoom) close() []*batch {
 	defer r.mu.Unlock()
 	r.closed = true
 	bs := make([]*batch, 0, len(r.waiting))
-	n := 0
 	for _, w := range r.waiting {
 		bs = append(bs, w.b)
-		n += len(w.b.events)
 	}
 	r.waiting = nil
-	r.places.release(n, true) // handed back: no longer held (R43)
+	r.places.releaseBatches(bs...) // handed back: no longer held (R43)
 	return bs
 }
 
@@ -477,6 +405,9 @@ func (h *dueOrder) Pop() any {
 // later (its outcome was decided before Close began) is due at once too.
 func (r *waitingRoom) dueNow(now time.Time) {
 	r.mu.Lock()
+	if !r.noWait && r.opened != nil {
+		close(r.opened) // the gate opens for the consumers sleeping at it too
+	}
 	r.noWait = true
 	r.deadline, r.start = time.Time{}, time.Time{}
 	r.answerProbeLocked() // no episode, no probe (R64): nobody waits for one
@@ -494,7 +425,7 @@ func (r *waitingRoom) dueNow(now time.Time) {
 // is held.
 func (r *waitingRoom) retryingLocked() bool {
 	for _, w := range r.waiting {
-		if w.b.retryPending && !w.b.rateLimited {
+		if w.b.countedRetry() {
 			return true
 		}
 	}
@@ -530,7 +461,7 @@ func (r *waitingRoom) notAnswering(deadline time.Time) (yes bool, changed <-chan
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	o := &r.outage
-	if o.on && r.health.seen > 0 && r.health.recent&1 == 1 {
+	if o.on && r.health.lastFailed() {
 		return true, nil, o.lastErr
 	}
 	if !r.deadline.IsZero() && !deadline.IsZero() && !r.deadline.Before(deadline) {

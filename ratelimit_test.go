@@ -56,7 +56,7 @@ func TestParseOnceAcrossSecondBoundary(t *testing.T) {
 func TestWaitingRoomEpisodeAndDeadline(t *testing.T) {
 	t0 := time.Now()
 	places := newCapacity(100)
-	r := newWaitingRoom(10*time.Second, places)
+	r := newWaitingRoom(10*time.Second, places, defaultBackoffPolicy())
 	one := func() *batch { return &batch{events: make([]event, 1)} }
 	opened, _, _ := r.rateLimited(t0, 5*time.Second, one())
 	assert.True(t, opened)
@@ -66,17 +66,17 @@ func TestWaitingRoomEpisodeAndDeadline(t *testing.T) {
 	assert.Equal(t, 5*time.Second, r.gate(t0, nil).wait)
 	assert.Equal(t, int64(2), places.held.Load(), "waiting events count against capacity")
 	// Nothing is taken while the gate is closed.
-	tn := r.next(t0.Add(4*time.Second), nil)
+	tn := r.takeTurn(t0.Add(4*time.Second), nil)
 	assert.Nil(t, tn.b)
 	assert.True(t, tn.gate.shut())
 	// A 2xx from an in-flight request ends the episode, not the deadline.
 	assert.True(t, r.endEpisode())
 	assert.Equal(t, 2*time.Second, r.gate(t0.Add(3*time.Second), nil).wait)
 	// Served: cleared; both batches are due, oldest due first.
-	tn = r.next(t0.Add(5*time.Second), nil)
+	tn = r.takeTurn(t0.Add(5*time.Second), nil)
 	require.NotNil(t, tn.b)
 	assert.False(t, tn.gate.shut())
-	tn = r.next(t0.Add(5*time.Second), nil)
+	tn = r.takeTurn(t0.Add(5*time.Second), nil)
 	require.NotNil(t, tn.b)
 	assert.Zero(t, places.held.Load())
 	assert.False(t, r.gate(t0.Add(5*time.Second), nil).shut())
@@ -94,7 +94,7 @@ func TestWaitingRoomEpisodeAndDeadline(t *testing.T) {
 	assert.False(t, g.shut())
 	assert.Len(t, g.expired, 2)
 	assert.NotContains(t, g.expired, backingOff)
-	tn = r.next(t0.Add(30*time.Second), nil)
+	tn = r.takeTurn(t0.Add(30*time.Second), nil)
 	assert.False(t, tn.gate.shut())
 	assert.Equal(t, 10*time.Second, tn.wait, "the backoff batch is due at its own time")
 	// Close empties the room and refuses later arrivals.
@@ -105,7 +105,7 @@ func TestWaitingRoomEpisodeAndDeadline(t *testing.T) {
 // MaxRateLimitDuration 0: a usable Retry-After fails the batch at once
 // (R35), with every batch that waits for a deadline.
 func TestWaitingRoomZeroLimit(t *testing.T) {
-	r := newWaitingRoom(0, newCapacity(10))
+	r := newWaitingRoom(0, newCapacity(10), defaultBackoffPolicy())
 	b := &batch{}
 	_, expired, ok := r.rateLimited(time.Now(), time.Second, b)
 	assert.True(t, ok)
@@ -643,10 +643,10 @@ func TestGateClosedAfterTakeSendsNothing(t *testing.T) {
 		require.NoError(t, err)
 		places := newCapacity(10)
 		q := newQueue(places, 1, batchEventBytes, time.Second)
-		room := newWaitingRoom(time.Hour, places)
+		room := newWaitingRoom(time.Hour, places, defaultBackoffPolicy())
 		w := &consumer{
 			q: q, room: room, transport: newSender(&s, newHTTPClient(&s)),
-			settle: &settler{log: zap.NewNop(), ledger: q},
+			settle: &settler{log: zap.NewNop(), q: q},
 			policy: retryPolicy{maxRetries: 1, maxBackoffTotal: time.Hour, delay: defaultBackoffPolicy().delay, httpTimeout: time.Second},
 			log:    zap.NewNop(), interrupt: context.Background(),
 			limits: newLearnedLimits(q, frameSize("wk", nil)),
@@ -665,7 +665,7 @@ func TestGateClosedAfterTakeSendsNothing(t *testing.T) {
 		w.attempt(b)
 		assert.Empty(t, api.requests(), "nothing is sent through a closed gate")
 		time.Sleep(2 * time.Second)
-		tn := room.next(time.Now(), nil)
+		tn := room.takeTurn(time.Now(), nil)
 		assert.False(t, tn.gate.shut())
 		require.NotNil(t, tn.b, "the batch waited in the room for the gate")
 		w.probe = tn.gate.probe
@@ -676,7 +676,7 @@ func TestGateClosedAfterTakeSendsNothing(t *testing.T) {
 		assert.Equal(t, 2*time.Second, reqs[0].at.Sub(start), "sent when the gate opened")
 		assert.Empty(t, reqs[0].header.Values("X-Retry-Count"), "the turned-back take was no attempt: this is the first")
 		assert.Zero(t, w.settle.stats.retries.Load(), "and no retry was counted")
-		tn = room.next(time.Now(), nil)
+		tn = room.takeTurn(time.Now(), nil)
 		require.NotNil(t, tn.b, "the other batch, due at the deadline too")
 		w.attempt(tn.b)
 		assert.Nil(t, q.mark(), "every event has its outcome")

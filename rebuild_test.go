@@ -371,26 +371,29 @@ func TestOnErrorAloneDoesNotAllocate(t *testing.T) {
 // With only OnError registered, a held event costs the heap it costs with
 // no callback: its message is rebuilt from the JSON when it fails or is
 // handed back, not copied at enqueue. A copy more than doubles the heap per
-// event, as the OnSuccess case shows, so the bound sits between the two:
-// BenchmarkHeldEvents measures the ratio itself (about 1.0), which moves by
-// ±0.2 from run to run with what the consumers hold at the moment of the
-// measure. Medians of 3 measures of 10 000 events held during an outage.
+// event, as the OnSuccess case shows, so the bound sits half way between
+// the two: BenchmarkHeldEvents measures the ratio itself (about 1.0), which
+// moves by ±0.2 from run to run with what the consumers hold at the moment
+// of the measure. The least of 5 interleaved measures of 10 000 events
+// held during an outage.
 func TestOnErrorHoldsNoCopy(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector's own allocations dwarf the events' heap")
 	}
 	const n = 10000
 	heldHeap(t, n, "none") // the process's first client allocates what later ones share
-	median := func(cb string) float64 {
-		var v [3]float64
-		for i := range v {
-			v[i] = heldHeap(t, n, cb)
-		}
-		slices.Sort(v[:])
-		return v[1]
+	// Interleaved rounds, so that a drift of the process's heap over the
+	// test moves the three measures alike.
+	var none, onError, onSuccess [5]float64
+	for i := range none {
+		none[i], onError[i], onSuccess[i] = heldHeap(t, n, "none"), heldHeap(t, n, "onerror"), heldHeap(t, n, "onsuccess")
 	}
-	none, onError, onSuccess := median("none"), median("onerror"), median("onsuccess")
-	t.Logf("heap per held event: none %.0f B, OnError %.0f B, OnSuccess %.0f B", none, onError, onSuccess)
-	assert.Less(t, onError, 1.5*none, "OnError only: heap per held event")
-	assert.Greater(t, onSuccess, 1.7*none, "OnSuccess keeps a copy, so the measure can see one")
+	// What else the process holds at a measure (a batch in a consumer's
+	// hands, buffers not yet collected) only adds, so the least of each
+	// kind is the closest to what the events themselves hold.
+	none_, onError_, onSuccess_ := slices.Min(none[:]), slices.Min(onError[:]), slices.Min(onSuccess[:])
+	t.Logf("heap per held event: none %.0f B, OnError %.0f B, OnSuccess %.0f B", none_, onError_, onSuccess_)
+	copyCost := onSuccess_ - none_
+	require.Greater(t, copyCost, 150.0, "OnSuccess keeps a copy, so the measure must see one")
+	assert.Less(t, onError_-none_, copyCost/2, "OnError only: a held event costs nearer to no callback than to a kept copy")
 }

@@ -10,6 +10,10 @@ import (
 // The counted-retry policy (docs/delivery.md R26–R28): the budgets a
 // consumer checks, and the delay before each counted retry.
 
+// MaxRetryAfter caps a server's Retry-After: longer values are waited as
+// this long (R24).
+const MaxRetryAfter = 300 * time.Second
+
 // retryPolicy is what the consumer needs of the configuration.
 type retryPolicy struct {
 	maxRetries      int
@@ -21,7 +25,7 @@ type retryPolicy struct {
 	// prefers.
 	delay      func(k int) time.Duration
 	retryDelay func(k int) time.Duration // shared.Compat RetryDelay; nil: delay
-	stop       *atomic.Bool              // shared.Compat FastClose: no retry once set; nil without
+	noRetry    *atomic.Bool              // shared.Compat FastClose: no retry once set; nil without
 }
 
 // spent is the counted-retry budget b has used up at now, or nil while b
@@ -51,10 +55,10 @@ func (p retryPolicy) compatDelay(k int) (d time.Duration, ok bool) {
 	return min(max(p.retryDelay(k), 0), p.maxBackoffTotal), true
 }
 
-// stopped reports whether retries have ended: Close began on a client
-// with shared.Compat FastClose.
-func (p retryPolicy) stopped() bool {
-	return p.stop != nil && p.stop.Load()
+// retriesEnded reports whether retries have ended: Close began on a
+// client with shared.Compat FastClose.
+func (p retryPolicy) retriesEnded() bool {
+	return p.noRetry != nil && p.noRetry.Load()
 }
 
 // backoffPolicy describes the counted-retry delays (R26). The client uses
@@ -100,10 +104,12 @@ func (p backoffPolicy) delay(k int) time.Duration {
 // maxBackoffSteps bounds the NextBackOff calls delay makes.
 const maxBackoffSteps = 64
 
-// longestFirst is the longest first delay (k = 1) delay draws:
-// InitialInterval × (1 + RandomizationFactor).
-func (p backoffPolicy) longestFirst() time.Duration {
-	return p.InitialInterval + time.Duration(float64(p.InitialInterval)*p.RandomizationFactor)
+// firstWait is the first counted wait d_1 (k = 1, R26), which the release
+// of the backlog after a 2xx uses (R62): its nominal value
+// (InitialInterval) and the longest draw delay makes of it
+// (InitialInterval × (1 + RandomizationFactor)).
+func (p backoffPolicy) firstWait() (nominal, longest time.Duration) {
+	return p.InitialInterval, p.InitialInterval + time.Duration(float64(p.InitialInterval)*p.RandomizationFactor)
 }
 
 // newBackoff is the ExponentialBackOff of p: counted-retry delays and the

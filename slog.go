@@ -10,27 +10,6 @@ import (
 	"go.uber.org/zap/zapcore"
 )
 
-// WithSlog sends the client's logs to l, a log/slog logger, instead of a
-// zap logger (default: silent). Levels map one to one (zap's Debug, Info,
-// Warn and Error to slog's; the levels above Error, which the client does
-// not use, to Error); fields become attributes, an error as the "error"
-// attribute with its text. l's handler decides what is kept (its
-// Enabled method is asked first) and is called on the client's
-// goroutines, so it must be safe for concurrent use, as slog handlers are;
-// a handler that panics loses that line, and the client goes on.
-// The client never logs the write key or event payloads. WithSlog and
-// WithLogger replace each other: the later option wins. A nil logger fails
-// New with a *ConfigError.
-func WithSlog(l *slog.Logger) Option {
-	return optionFunc(func(s *settings) {
-		if l == nil {
-			s.errs = append(s.errs, invalid("Logger", l, "must not be nil"))
-			return
-		}
-		s.logger = zap.New(&slogCore{h: l.Handler()})
-	})
-}
-
 // slogCore is a zapcore.Core that forwards entries to a slog.Handler.
 type slogCore struct {
 	h slog.Handler

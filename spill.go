@@ -31,13 +31,13 @@ import (
 
 // durable is a client's disk buffer.
 type durable struct {
-	log      *diskbuf.Log
+	diskLog  *diskbuf.Log // the on-disk log of events (internal/diskbuf)
 	dir      string
 	policy   FsyncPolicy
-	zlog     *zap.Logger
-	stop     chan struct{}
-	stopped  sync.WaitGroup
-	observer func()
+	log      *zap.Logger   // the client's logger
+	syncStop chan struct{} // closed by close: the FsyncInterval goroutine ends
+	syncDone sync.WaitGroup
+	observer func() // tests: called after each sync
 
 	replayed atomic.Int64 // events an earlier client left, less those found not to be events
 	skipped  atomic.Int64 // replayed records with a valid checksum but no JSON object
@@ -45,12 +45,13 @@ type durable struct {
 
 	// The disk as the buffer (see the top of this file).
 	q         *queue
-	settle    *settler
-	mu        sync.Mutex // an enqueue call's append and its memory-or-disk decision; the reader's hand-over
-	spilling  bool       // events go to disk only until the reader has caught up; guarded by mu
-	onDisk    int64      // accepted events on disk only, not read back yet; guarded by mu
-	runs      []epochRun // their ledger epochs, oldest first; guarded by mu
-	onDiskNow atomic.Int64
+	places    *capacity     // the queue's: what memory holds (R70)
+	stats     *counters     // the client's: lost events count as failed, kept ones as handed back
+	mu        sync.Mutex    // an enqueue call's append and its memory-or-disk decision; the reader's hand-over
+	spilling  bool          // events go to disk only until the reader has caught up; guarded by mu
+	onDisk    int64         // accepted events on disk only, not read back yet; guarded by mu
+	runs      []epochRun    // their ledger epochs, oldest first; guarded by mu
+	onDiskNow atomic.Int64  // onDisk, readable without mu (Stats.OnDisk)
 	spilled   atomic.Int64  // events accepted to disk only since New
 	wake      chan struct{} // cap 1: events went to disk only, or places were freed
 	readStop  chan struct{}
@@ -60,15 +61,28 @@ type durable struct {
 	readerDone, readFailing bool
 }
 
+// addStats fills the durable-mode fields of st; open is false after
+// Close, when the disk buffer's files take nothing.
+func (d *durable) addStats(st *Stats, open bool) {
+	st.Replayed = d.replayed.Load()
+	st.Spilled, st.OnDisk = d.spilled.Load(), d.onDiskNow.Load()
+	if open {
+		st.DiskBytes = d.diskLog.Size()
+	}
+	ds := d.diskLog.Stats()
+	st.DiskTorn, st.DiskCorrupt, st.DiskLost = int64(ds.Torn), int64(ds.Corrupt)+d.skipped.Load(), d.lost.Load()
+	st.DiskMissing, st.DiskSkipped = int64(ds.Missing), int64(ds.Skipped)
+}
+
 // openDurable opens d.dir and returns the buffer and the number of events
 // an earlier client left there (read back later: see startReader).
-func openDurable(d *diskSettings, zlog *zap.Logger) (*durable, int, error) {
-	log, n, err := diskbuf.OpenLog(d.dir, diskbuf.Options{
+func openDurable(d *diskSettings, logger *zap.Logger) (*durable, int, error) {
+	dl, n, err := diskbuf.OpenLog(d.dir, diskbuf.Options{
 		SegmentBytes: d.segment,
 		MaxBytes:     d.limit,
 		NoMmap:       d.noMmap,
-		Logf:         func(format string, args ...any) { zlog.Warn(fmt.Sprintf(format, args...)) },
-		Errorf:       func(format string, args ...any) { zlog.Error(fmt.Sprintf(format, args...)) },
+		Logf:         func(format string, args ...any) { logger.Warn(fmt.Sprintf(format, args...)) },
+		Errorf:       func(format string, args ...any) { logger.Error(fmt.Sprintf(format, args...)) },
 	})
 	if errors.Is(err, diskbuf.ErrLocked) {
 		return nil, 0, fmt.Errorf("%w: %s", ErrDiskBufferLocked, d.dir)
@@ -76,28 +90,28 @@ func openDurable(d *diskSettings, zlog *zap.Logger) (*durable, int, error) {
 	if err != nil {
 		return nil, 0, &DiskError{Op: "open", Dir: d.dir, Err: err}
 	}
-	dur := &durable{log: log, dir: d.dir, policy: d.policy, zlog: zlog, stop: make(chan struct{}), observer: d.syncObserver,
+	dur := &durable{diskLog: dl, dir: d.dir, policy: d.policy, log: logger, syncStop: make(chan struct{}), observer: d.syncObserver,
 		wake: make(chan struct{}, 1), readStop: make(chan struct{}), readDone: make(chan struct{})}
 	dur.replayed.Store(int64(n))
-	st := log.Stats() // logged at every start, so that durable mode shows in the logs
-	zlog.Info("disk buffer opened", zap.String("dir", d.dir), zap.Int("replayed", n),
-		zap.Int64("bytes", log.Size()), zap.Int64("limit", d.limit),
+	st := dl.Stats() // logged at every start, so that durable mode shows in the logs
+	logger.Info("disk buffer opened", zap.String("dir", d.dir), zap.Int("replayed", n),
+		zap.Int64("bytes", dl.Size()), zap.Int64("limit", d.limit),
 		zap.Int("torn", st.Torn), zap.Int("corrupt", st.Corrupt),
 		zap.Int("missingSegments", st.Missing), zap.Int("skippedEntries", st.Skipped))
 	if d.policy == FsyncInterval {
-		dur.stopped.Add(1)
+		dur.syncDone.Add(1)
 		go dur.syncEvery(d.interval)
 	}
 	return dur, n, nil
 }
 
 func (d *durable) syncEvery(iv time.Duration) {
-	defer d.stopped.Done()
+	defer d.syncDone.Done()
 	t := time.NewTicker(iv)
 	defer t.Stop()
 	for {
 		select {
-		case <-d.stop:
+		case <-d.syncStop:
 			return
 		case <-t.C:
 			d.sync()
@@ -106,13 +120,24 @@ func (d *durable) syncEvery(iv time.Duration) {
 }
 
 func (d *durable) sync() {
-	if err := d.log.Sync(); err != nil {
-		d.zlog.Error("disk buffer: fsync failed", zap.String("dir", d.dir), zap.Error(err))
+	if err := d.diskLog.Sync(); err != nil {
+		d.log.Error("disk buffer: fsync failed", zap.String("dir", d.dir), zap.Error(err))
 	}
 	if d.observer != nil {
 		d.observer()
 	}
 }
+
+// heldOnDisk is the number of accepted events on disk only now
+// (Stats.OnDisk).
+func (d *durable) heldOnDisk() int64 { return d.onDiskNow.Load() }
+
+// syncNow syncs the disk buffer (Close, before the hand-back).
+func (d *durable) syncNow() error { return d.diskLog.Sync() }
+
+// leftOnDisk records n, the events Close kept on disk for the next client
+// (Stats.OnDisk after Close).
+func (d *durable) leftOnDisk(n int64) { d.onDiskNow.Store(n) }
 
 // beforeBatch runs when a consumer takes a batch (FsyncEveryBatch).
 func (d *durable) beforeBatch() {
@@ -123,7 +148,7 @@ func (d *durable) beforeBatch() {
 
 // append writes ev's JSON and records its place in ev.
 func (d *durable) append(ev *event, data []byte) error {
-	seg, off, err := d.log.Append(data)
+	seg, off, err := d.diskLog.Append(data)
 	switch {
 	case err == nil:
 		ev.seg, ev.off = seg, off
@@ -154,25 +179,19 @@ func (d *durable) ack(evs []event) {
 			break
 		}
 	}
-	if err := d.log.Ack(len(onDisk), func(i int) (*diskbuf.Segment, uint32) { return onDisk[i].seg, onDisk[i].off }); err != nil {
-		d.zlog.Error("disk buffer: acknowledgement not written; the events may be sent again by a later client",
+	if err := d.diskLog.Ack(len(onDisk), func(i int) (*diskbuf.Segment, uint32) { return onDisk[i].seg, onDisk[i].off }); err != nil {
+		d.log.Error("disk buffer: acknowledgement not written; the events may be sent again by a later client",
 			zap.String("dir", d.dir), zap.Error(err))
 	}
 }
 
 // close stops the sync goroutine and closes the log (syncing it).
 func (d *durable) close() {
-	close(d.stop)
-	d.stopped.Wait()
-	if err := d.log.Close(); err != nil {
-		d.zlog.Error("disk buffer: close failed", zap.String("dir", d.dir), zap.Error(err))
+	close(d.syncStop)
+	d.syncDone.Wait()
+	if err := d.diskLog.Close(); err != nil {
+		d.log.Error("disk buffer: close failed", zap.String("dir", d.dir), zap.Error(err))
 	}
-}
-
-// epochRun is a run of spilled events accepted in the same ledger epoch.
-type epochRun struct {
-	epoch uint64
-	n     int64
 }
 
 // readBatch bounds the events the reader loads at once.
@@ -198,7 +217,7 @@ func (d *durable) accept(ctx context.Context, wait bool, sc *scratch, withCopy M
 	for {
 		var freed <-chan struct{}
 		if wait {
-			freed = d.log.Freed() // before the append: a reclaim after it is not missed
+			freed = d.diskLog.Freed() // before the append: a reclaim after it is not missed
 		}
 		err := d.acceptOnce(sc, withCopy)
 		if !wait || !errors.Is(err, ErrQueueFull) {
@@ -226,7 +245,7 @@ func (d *durable) acceptOnce(sc *scratch, withCopy Message) error {
 		d.mu.Unlock()
 		return err
 	}
-	if !d.spilling && !q.places.full() {
+	if !d.spilling && !d.places.full() {
 		ev.data, ev.slab = sc.CopyToSlab(data)
 		ev.msg = withCopy
 		err := q.push(ev)
@@ -243,7 +262,7 @@ func (d *durable) acceptOnce(sc *scratch, withCopy Message) error {
 	}
 	if !d.spilling {
 		d.spilling = true
-		d.log.Reader().Seek(ev.seg, ev.off)
+		d.diskLog.Reader().Seek(ev.seg, ev.off)
 	}
 	epoch, err := q.account(1)
 	if err != nil {
@@ -295,8 +314,8 @@ func (d *durable) takeRunsLocked(n int64, f func(epoch uint64, k int64)) {
 
 // startReader starts the reader; the events replayed from disk (n) are
 // accepted already and counted in the ledger now.
-func (d *durable) startReader(q *queue, settle *settler, replay int) {
-	d.q, d.settle = q, settle
+func (d *durable) startReader(q *queue, places *capacity, stats *counters, replay int) {
+	d.q, d.places, d.stats = q, places, stats
 	if replay > 0 {
 		epoch, _ := q.account(replay)
 		d.mu.Lock()
@@ -305,7 +324,7 @@ func (d *durable) startReader(q *queue, settle *settler, replay int) {
 		d.mu.Unlock()
 		signal(d.wake)
 	}
-	q.places.freed = d.wake
+	places.onRelease(d.wake)
 	if replay > 0 {
 		// The first read's worth is loaded before New returns, so a small
 		// backlog is in the queue ahead of the first new event and leaves
@@ -320,7 +339,7 @@ func (d *durable) startReader(q *queue, settle *settler, replay int) {
 // stopReader. It runs on a goroutine of its own.
 func (d *durable) readBack() {
 	defer close(d.readDone)
-	defer d.log.Reader().Close()
+	defer d.diskLog.Reader().Close()
 	q := d.q
 	idle := time.NewTimer(readerIdle)
 	defer idle.Stop()
@@ -329,7 +348,7 @@ func (d *durable) readBack() {
 		case <-d.readStop:
 			return
 		case <-idle.C:
-			d.log.Reader().Idle() // waiting for a while: no buffer held
+			d.diskLog.Reader().Idle() // waiting for a while: no buffer held
 			continue
 		case <-d.wake:
 		}
@@ -350,14 +369,14 @@ func (d *durable) loadSome(q *queue) bool {
 	d.mu.Lock()
 	n := d.onDisk
 	d.mu.Unlock()
-	free := q.places.limit - q.places.held.Load()
-	if n == 0 || free <= 0 || free < min(n, q.places.wakeAt) {
+	free := d.places.free()
+	if n == 0 || free <= 0 || free < min(n, d.places.batch()) {
 		return false
 	}
-	recs, lost, err := d.log.Reader().Next(int(min(free, n, readBatch)), 4<<20)
+	recs, lost, err := d.diskLog.Reader().Next(int(min(free, n, readBatch)), 4<<20)
 	if err != nil && !d.readFailing {
 		// Logged once per run of failures (retried every readRetry).
-		d.zlog.Error("disk buffer: reading events back failed", zap.String("dir", d.dir), zap.Error(err))
+		d.log.Error("disk buffer: reading events back failed", zap.String("dir", d.dir), zap.Error(err))
 	}
 	d.readFailing = err != nil
 	evs := make([]event, 0, len(recs))
@@ -375,7 +394,7 @@ func (d *durable) loadSome(q *queue) bool {
 	if len(notEvents) > 0 {
 		d.skipped.Add(int64(len(notEvents)))
 		d.replayed.Add(-int64(len(notEvents)))
-		d.zlog.Warn("disk buffer: skipped records that are not events", zap.Int("records", len(notEvents)))
+		d.log.Warn("disk buffer: skipped records that are not events", zap.Int("records", len(notEvents)))
 		d.ack(notEvents)
 	}
 	// The records come in log order, which is the order of the runs; the
@@ -395,7 +414,7 @@ func (d *durable) loadSome(q *queue) bool {
 		// without a callback, as no message can be rebuilt from them.
 		lost = int(min(int64(lost), d.onDisk-int64(len(recs))))
 		d.lost.Add(int64(lost))
-		d.settle.stats.failed.Add(int64(lost))
+		d.stats.failed.Add(int64(lost))
 	}
 	i := int64(0)
 	d.takeRunsLocked(int64(len(recs)+lost), func(epoch uint64, k int64) {
@@ -408,16 +427,16 @@ func (d *durable) loadSome(q *queue) bool {
 		}
 	})
 	q.load(evs)
-	stuck := len(recs) == 0 && lost == 0 && err == nil && d.onDisk > 0 && d.log.Reader().AtEnd()
+	stuck := len(recs) == 0 && lost == 0 && err == nil && d.onDisk > 0 && d.diskLog.Reader().AtEnd()
 	if stuck {
 		// The reader is at the end of the log, yet events are counted on
 		// disk only: their records cannot be read (the file was changed by
 		// someone else). They are failed, so that accounting ends.
 		k := d.onDisk
 		d.takeRunsLocked(k, func(epoch uint64, k int64) { gone = append(gone, epochRun{epoch, k}) })
-		d.zlog.Error("disk buffer: events could not be read back from disk; they are lost", zap.Int64("events", k))
+		d.log.Error("disk buffer: events could not be read back from disk; they are lost", zap.Int64("events", k))
 		d.lost.Add(k)
-		d.settle.stats.failed.Add(k)
+		d.stats.failed.Add(k)
 	}
 	d.mu.Unlock()
 	q.dischargeRuns(gone)
@@ -450,10 +469,10 @@ func (d *durable) stopReader() int64 {
 	if stopped && d.onDisk > 0 {
 		// Only what is really on disk is kept: the events whose segment
 		// file was removed, replaced or cut short meanwhile are lost.
-		if lost := min(int64(d.log.Reader().Unreadable()), d.onDisk); lost > 0 {
+		if lost := min(int64(d.diskLog.Reader().Unreadable()), d.onDisk); lost > 0 {
 			d.takeRunsLocked(lost, func(epoch uint64, k int64) { gone = append(gone, epochRun{epoch, k}) })
 			d.lost.Add(lost)
-			d.settle.stats.failed.Add(lost)
+			d.stats.failed.Add(lost)
 		}
 	}
 	n, runs := d.onDisk, d.runs
@@ -462,7 +481,7 @@ func (d *durable) stopReader() int64 {
 	d.q.dischargeRuns(gone)
 	d.onDiskNow.Store(n) // what Close left on disk
 	if n > 0 {
-		d.settle.stats.handedBack.Add(n) // Close logs one line for every hand-back
+		d.stats.handedBack.Add(n) // Close logs one line for every hand-back
 		d.q.dischargeRuns(runs)
 	}
 	return n

@@ -8,3 +8,7 @@ const LibraryName = "relaykit-analytics-go"
 // context.library.version and the User-Agent header, and equals the newest
 // release heading of CHANGELOG.md (a test checks it).
 const Version = "0.1.0"
+
+// DefaultEndpoint is the tracking API the client sends to (see
+// WithEndpoint).
+const DefaultEndpoint = "https://api.segment.io"
