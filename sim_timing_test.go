@@ -115,14 +115,20 @@ func (t *simTiming) health(p simAttempt) (maybe, surely bool) {
 			same = append(same, o)
 		}
 	}
-	// Variants of p's instant: none of its other answers recorded before
-	// p, their 2xx only, their failures only, all of them.
-	variants := [][]simAnswer{nil, nil, nil, same}
+	// Variants of p's instant: any number of its other 2xx and of its
+	// other failures recorded before p.
+	var oks, fails []simAnswer
 	for _, o := range same {
 		if o.fail {
-			variants[2] = append(variants[2], o)
+			fails = append(fails, o)
 		} else {
-			variants[1] = append(variants[1], o)
+			oks = append(oks, o)
+		}
+	}
+	var variants [][]simAnswer
+	for ns := 0; ns <= min(len(oks), 16); ns++ {
+		for nf := 0; nf <= min(len(fails), 16); nf++ {
+			variants = append(variants, append(append([]simAnswer(nil), oks[:ns]...), fails[:nf]...))
 		}
 	}
 	healthy := func(f, seen, own int) bool { return seen-own >= 4 && 2*(f-own) < seen-own }
