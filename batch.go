@@ -88,6 +88,53 @@ func (b *batch) countFailure(successes uint64) int {
 	return b.streak
 }
 
+// attempted counts an attempt of b just made: X-Retry-Count of the next
+// (R7), and a request of the isolation budget b is part of (R66).
+func (b *batch) attempted() {
+	b.attempts++
+	if b.isolation != nil {
+		b.isolation.requests.Add(1)
+	}
+}
+
+// takeIsolation takes one request of the budget of b's isolation after a
+// 400 (R66), starting the isolation (started) if b is not part of one yet;
+// ok is false when the budget is spent.
+func (b *batch) takeIsolation() (started, ok bool) {
+	if b.isolation == nil {
+		b.isolation, started = newIsolation(b), true
+	}
+	return started, b.isolation.take()
+}
+
+// halve cuts b into two batches, the first half (len/2 events) staying in
+// b; same events in the same order. The second carries on everything b
+// carries: attempts (X-Retry-Count, R7), counted retries, first counted
+// failure, failure streak (R61), flags, the last answer and the isolation
+// budget.
+// A split after an answer marks b cut first (R3, R66, R68); a cut before
+// sending (fit) does not, so its halves are cut again if still too large.
+func halve(b *batch) (first, second *batch) {
+	return cutAt(b, len(b.events)/2)
+}
+
+// cutAt cuts b into b.events[:mid], staying in b, and the rest, carried on
+// as halve says.
+func cutAt(b *batch, mid int) (first, second *batch) {
+	if b.isolation != nil {
+		b.isolation.addPiece()
+	}
+	second = newBatch(len(b.events) - mid)
+	second.events = append(second.events, b.events[mid:]...)
+	clear(b.events[mid:])
+	b.events = b.events[:mid]
+	b.bytes = eventBytes(b.events)
+	events := second.events
+	*second = *b
+	second.events, second.bytes = events, eventBytes(events)
+	return b, second
+}
+
 // budgetError is the error of b's events when a budget ends its retries
 // (R27, R28, R35): reason, with b's last error and attempts.
 func (b *batch) budgetError(reason error) *DeliveryError {
@@ -191,6 +238,14 @@ func (s *isolation) report(log *zap.Logger) {
 		return
 	}
 	log.Error("events not delivered", append(fields, zap.Error(s.err))...)
+}
+
+// addPiece counts one more piece: a piece of the isolated batch was cut
+// in two.
+func (s *isolation) addPiece() {
+	s.mu.Lock()
+	s.pieces++
+	s.mu.Unlock()
 }
 
 // isolationBudget is the number of requests the pieces of a batch of n

@@ -63,7 +63,7 @@ func (w *consumer) nextBatch() *batch {
 			return t.b
 		}
 		if t.gate.shut() {
-			w.settle.stats.rateLimitWaits.Add(1)
+			w.settle.stats.countRateLimitWait()
 			if !w.sleepGate(t.gate) {
 				return nil
 			}
@@ -167,18 +167,15 @@ func (w *consumer) attempt(b *batch) {
 		return
 	}
 	if b.sendingRetry() {
-		w.settle.stats.retries.Add(1)
+		w.settle.stats.countRetry()
 	}
 	ctx, cancel := context.WithTimeout(w.interrupt, w.policy.httpTimeout) // R8
 	start := w.startAttempt()
 	r := w.transport.attempt(ctx, b, w.bearer)
 	cancel()
 	w.observe(b, start, r)
-	b.attempts++
-	w.settle.stats.requests.Add(1)
-	if b.isolation != nil {
-		b.isolation.requests.Add(1)
-	}
+	b.attempted()
+	w.settle.stats.countRequest()
 	now := time.Now()
 	if r.cause != nil && w.interrupt.Err() != nil {
 		w.settle.handBack(b, r.cause) // cancelled on the wire: the server may have it (R40)
@@ -209,7 +206,7 @@ func (w *consumer) attempt(b *batch) {
 	case outcomeFailed, outcomeTooLarge, outcomePoison: // one event, or a batch adapt did not take over
 		w.settle.failed(b, b.lastErr)
 	case outcomeRateLimited:
-		w.settle.stats.rateLimited.Add(1)
+		w.settle.stats.countRateLimited()
 		opened, expired, ok := w.room.rateLimited(now, r.delay, b) // R31, R32
 		if opened {
 			w.log.Debug("rate-limit episode started", zap.Int("status", r.status), durationField("retryAfter", r.delay)) // R51
