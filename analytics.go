@@ -479,7 +479,7 @@ func (c *Client) Close(ctx context.Context) error {
 	}
 	n := c.settle.handedBack() - handedBefore + int64(handing)
 	if handing > 0 {
-		err := c.settle.handBackError(nil, 0) // never sent
+		err := handBackError(nil, 0) // never sent
 		settled := make(chan struct{})
 		go func() {
 			defer close(settled)

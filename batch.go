@@ -1,6 +1,7 @@
 package analytics
 
 import (
+	"cmp"
 	"math/bits"
 	"sync"
 	"sync/atomic"
@@ -32,6 +33,15 @@ type event struct {
 
 	seg *diskbuf.Segment // durable mode: the record's segment (see durable.go); nil otherwise
 	off uint32           // durable mode: the record's offset in seg
+}
+
+// message is the Message a callback gets for e: the copy made at enqueue,
+// or, without one, a message rebuilt from e's JSON (see settler.messages).
+func (e *event) message() (Message, error) {
+	if e.msg != nil {
+		return e.msg, nil
+	}
+	return rebuildMessage(e.data)
 }
 
 // batch is the unit of upload. Its events are fixed when it is taken from
@@ -133,6 +143,32 @@ func cutAt(b *batch, mid int) (first, second *batch) {
 	*second = *b
 	second.events, second.bytes = events, eventBytes(events)
 	return b, second
+}
+
+// handBackError is the error of b's events when b is handed back at
+// shutdown (R38): b's last error, or cause when the attempt in flight was
+// cancelled (R40), with b's attempts.
+func (b *batch) handBackError(cause error) *DeliveryError {
+	return handBackError(cmp.Or(cause, b.lastErr), b.attempts)
+}
+
+// countTooMany counts a 429 without a usable Retry-After on b (tooMany),
+// or ends the run of them on any other answer, and returns how many came
+// in a row (R68).
+func (b *batch) countTooMany(tooMany bool) int {
+	if tooMany {
+		b.tooMany++
+	} else {
+		b.tooMany = 0
+	}
+	return b.tooMany
+}
+
+// waitWhole readies b, refused as too large, to wait whole for its cut at
+// the size tried next (R67): it is then neither a counted retry nor waiting
+// for a Retry-After deadline, nor a piece to be sent as it is.
+func (b *batch) waitWhole() {
+	b.rateLimited, b.retryPending, b.cut = false, false, false
 }
 
 // budgetError is the error of b's events when a budget ends its retries

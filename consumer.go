@@ -385,34 +385,28 @@ func (w *consumer) adapt(b *batch, r attemptResult, now time.Time) bool {
 	}
 	size := r.plainSize // the body as encoded, before gzip
 	estimate := w.limits.size(b, w.q.perEvent)
+	tooMany := b.countTooMany(r.outcome == outcomeTooMany)
 	switch {
 	case r.outcome == outcomeDelivered:
-		b.tooMany = 0
 		w.limits.accepted(size, estimate, len(b.events))
 	case r.outcome == outcomeTooLarge && len(b.events) > 1:
-		b.tooMany = 0
 		w.limits.refusedSize(size, estimate, len(b.events), w.search)
 		w.log.Debug("batch answered 413: sending it again in pieces of the size being tried", // R51
 			zap.Int("events", len(b.events)), zap.Int("bodyBytes", w.limits.bodyLimit()))
 		// Instead of R3's halves, the batch waits, whole and due at once,
 		// to be cut at the size the search tries next when it may be sent
 		// (readyToSend).
-		b.rateLimited, b.retryPending, b.cut = false, false, false
+		b.waitWhole()
 		w.park(b, now)
 		return true
 	case r.outcome == outcomeTooLarge:
-		b.tooMany = 0
 		w.limits.refusedOne(estimate) // a single event: it fails (R3)
 	case r.outcome == outcomePoison && len(b.events) > 1:
-		b.tooMany = 0
 		return w.isolate(b, now)
 	case r.outcome == outcomeTooMany:
-		b.tooMany++
-		if b.tooMany >= 2 && len(b.events) > 1 && w.limits.tooManyForServer(len(b.events)) {
+		if tooMany >= 2 && len(b.events) > 1 && w.limits.tooManyForServer(len(b.events)) {
 			return w.splitTooMany(b, now)
 		}
-	default:
-		b.tooMany = 0
 	}
 	return false
 }

@@ -83,11 +83,7 @@ func (s *settler) failed(b *batch, err error) { s.batch(b, err) }
 // handBack returns a batch at shutdown (R38): waiting, assembled, or
 // cancelled in flight (then cause is the cancellation, R40).
 func (s *settler) handBack(b *batch, cause error) {
-	last := b.lastErr
-	if cause != nil {
-		last = cause
-	}
-	s.batch(b, s.handBackError(last, b.attempts))
+	s.batch(b, b.handBackError(cause))
 }
 
 // batch settles b's events with err. A piece of a batch being isolated
@@ -100,11 +96,6 @@ func (s *settler) batch(b *batch, err error) {
 		iso.report(s.log)
 	}
 	recycle(b)
-}
-
-// handBackError is the error every handed-back event gets (R38).
-func (s *settler) handBackError(last error, attempts int) *DeliveryError {
-	return &DeliveryError{Reason: ErrShutdownInterrupted, Last: last, Attempts: attempts}
 }
 
 // rateLimitExceeded fails batches whose rate-limit episode ran out (R35).
@@ -184,13 +175,10 @@ func (s *settler) callback(running *atomic.Int64, n int64, f func()) {
 func (s *settler) messages(evs []event) []Message {
 	msgs := make([]Message, 0, len(evs))
 	for i := range evs {
-		m := evs[i].msg
-		if m == nil {
-			var err error
-			if m, err = rebuildMessage(evs[i].data); err != nil {
-				s.log.Error("cannot rebuild an event's message for a callback", zap.Error(err))
-				continue
-			}
+		m, err := evs[i].message()
+		if err != nil {
+			s.log.Error("cannot rebuild an event's message for a callback", zap.Error(err))
+			continue
 		}
 		msgs = append(msgs, m)
 	}
