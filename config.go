@@ -561,6 +561,105 @@ func (s *settings) retryPolicy(noRetry *atomic.Bool) retryPolicy {
 	}
 }
 
+// withCompat applies the compatibility configuration of segmentv3 and
+// analyticstest (shared.CompatOption); BodyFields that are not JSON object
+// members, or too long, are a *ConfigError.
+func withCompat(c shared.Compat) Option {
+	return optionFunc(func(s *settings) {
+		if len(c.BodyFields) > 0 && !wire.ValidExtra(c.BodyFields, maxBodyFields) {
+			s.errs = append(s.errs, invalid("BodyFields", len(c.BodyFields), "must be at most shared.MaxBodyFields bytes of JSON object members"))
+		}
+		s.compat = c
+	})
+}
+
+// noRetries is the flag Close sets to end retries with shared.Compat
+// FastClose (see Client.endRetries); nil without it.
+func (s *settings) noRetries() *atomic.Bool {
+	if !s.compat.FastClose {
+		return nil
+	}
+	return new(atomic.Bool)
+}
+
+// waitingRoom is the client's waiting room, with places for the queue's
+// batches (R71): rate-limit episodes last MaxRateLimitDuration at most
+// (R35), and without shared.Compat NoRetryAllowance retries are paced
+// (R63).
+func (s *settings) waitingRoom(places *capacity) *waitingRoom {
+	room := newWaitingRoom(s.MaxRateLimitDuration, places, s.backoff)
+	if s.compat.NoRetryAllowance {
+		room.unpace()
+	}
+	return room
+}
+
+// settler is the client's settler for the events of q, with the
+// registered callbacks.
+func (s *settings) settler(q *queue) *settler {
+	return newSettler(s.logger, s.onSuccess, s.onError, q, s.QueueCapacity)
+}
+
+// keepMessages reports whether an event keeps a copy of its message from
+// enqueue on, for OnSuccess (see settler.messages).
+func (s *settings) keepMessages() bool { return s.onSuccess != nil }
+
+// messageDefaults are the WithDefaultContext and WithDefaultProperties
+// values merged into every message.
+func (s *settings) messageDefaults() *defaults {
+	return newDefaults(s.defaultContext, s.defaultProperties)
+}
+
+// learnedLimits are the limits the client learns from the server's
+// refusals for the batches of q (R67, R68), without their ramp when it
+// is turned off.
+func (s *settings) learnedLimits(q *queue) *learnedLimits {
+	l := newLearnedLimits(q, s.bodyFrame())
+	if s.rampOff {
+		l.endRamp()
+	}
+	return l
+}
+
+// openDisk opens the disk buffer in durable mode (WithDiskBuffer) and
+// returns it with the number of events found there to replay; nil without
+// durable mode.
+func (s *settings) openDisk() (*durable, int, error) {
+	if s.disk == nil {
+		return nil, 0, nil
+	}
+	return openDurable(s.disk, s.logger)
+}
+
+// ownTransport is the transport of httpClient when the client built it,
+// whose idle connections Close closes; nil with WithHTTPClient's.
+func (s *settings) ownTransport(httpClient *http.Client) *http.Transport {
+	if s.CustomHTTPClient {
+		return nil
+	}
+	t, _ := httpClient.Transport.(*http.Transport)
+	return t
+}
+
+// tokenSource is the OAuth token source of the uploads (R50), whose
+// token requests go through httpClient and wait in room as batches do;
+// nil without OAuth.
+func (s *settings) tokenSource(httpClient *http.Client, room *waitingRoom) *tokenSource {
+	if s.oauth == nil {
+		return nil
+	}
+	return newTokenSource(s.oauth, httpClient, s, room)
+}
+
+// transport is a consumer's transport: its request sender on httpClient,
+// or the one a test installs.
+func (s *settings) transport(httpClient *http.Client) transport {
+	if s.newTransport != nil {
+		return s.newTransport()
+	}
+	return newSender(s, httpClient)
+}
+
 // Upper bounds of the numeric options. New returns a *ConfigError naming
 // the field for a value above its bound (or below its lower bound, given
 // with each option). The bounds keep every size and count the client
