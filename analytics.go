@@ -158,7 +158,7 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 		c.disk.startReader(q, places, &c.settle.stats, replay) // read back, before any new event, as memory allows
 	}
 	c.interrupt, c.cancelInterrupt = context.WithCancel(context.Background())
-	httpClient := newHTTPClient(&s)
+	httpClient := s.uploadClient()
 	c.ownTransport = s.ownTransport(httpClient)
 	if c.auth = s.tokenSource(httpClient, c.room); c.auth != nil {
 		c.auth.start(c.interrupt) // fetches the first token now (R50)

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/relaykit/analytics-go/internal/httpbatch"
 	"github.com/relaykit/analytics-go/internal/shared"
 	"github.com/relaykit/analytics-go/internal/wire"
 	"go.uber.org/zap"
@@ -540,12 +541,22 @@ func (s *settings) queueOptions() queueOptions {
 	}
 }
 
-// bodyFrame is the size of a request body without its events: the frame
-// around them with the write key and the compatibility BodyFields.
+// frame is the request body around the events: the write key, the
+// compatibility BodyFields and, with WithEventSentAt, the per-event sentAt.
+func (s *settings) frame() wire.Frame {
+	return wire.NewFrame(s.writeKey, s.compat.BodyFields, s.EventSentAt)
+}
+
+// bodyFrame is the size of a request body without its events (frame).
 func (s *settings) bodyFrame() int {
-	frame := wire.NewFrame(s.writeKey, s.compat.BodyFields, s.EventSentAt)
+	frame := s.frame()
 	return frame.Size()
 }
+
+// uploadClient is the http.Client of the client's uploads (and, by
+// default, of its token requests): WithHTTPClient's or its own, with the
+// redirect policy of internal/httpbatch.
+func (s *settings) uploadClient() *http.Client { return httpbatch.NewClient(s.httpClient, s.Consumers) }
 
 // retryPolicy is the counted-retry policy of the settings (R26–R28);
 // noRetry, set when Close begins, ends retries (shared.Compat FastClose;

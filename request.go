@@ -101,15 +101,10 @@ func newSender(s *settings, client *http.Client) *sender {
 			Gzip:      s.Gzip,
 			Log:       s.logger,
 		}),
-		frame: wire.NewFrame(s.writeKey, s.compat.BodyFields, s.EventSentAt),
+		frame: s.frame(),
 		log:   s.logger,
 	}
 }
-
-// newHTTPClient is the http.Client of the client's uploads (and, by
-// default, of its token requests): WithHTTPClient's or its own, with the
-// redirect policy of internal/httpbatch.
-func newHTTPClient(s *settings) *http.Client { return httpbatch.NewClient(s.httpClient, s.Consumers) }
 
 // attempt sends b through httpbatch and maps its verdict (fromHTTP).
 func (s *sender) attempt(ctx context.Context, b *batch, bearer string) attemptResult {
