@@ -427,21 +427,11 @@ func WithDefaultProperties(props map[string]any) Option {
 // the capacity model are described in docs/durable.md.
 func WithDiskBuffer(dir string, opts ...DiskOption) Option {
 	return optionFunc(func(s *settings) {
-		d := &diskSettings{dir: dir, interval: DefaultFsyncInterval, limit: DefaultDiskLimit, segment: DefaultSegmentSize}
 		if dir == "" {
 			s.errs = append(s.errs, invalid("DiskBuffer", `""`, "directory must not be empty"))
 		}
-		for _, o := range opts {
-			if o == nil {
-				s.errs = append(s.errs, invalid("DiskOption", nil, "must not be nil"))
-				continue
-			}
-			o.applyDisk(d)
-		}
-		if d.limit < 2*d.segment {
-			d.errs = append(d.errs, invalid("DiskBuffer.DiskLimit", d.limit, "must be at least twice the segment size"))
-		}
-		s.errs = append(s.errs, d.errs...)
+		d, errs := newDiskSettings(dir, opts)
+		s.errs = append(s.errs, errs...)
 		s.disk = d
 	})
 }

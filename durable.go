@@ -108,6 +108,25 @@ type diskSettings struct {
 	noMmap       bool   // tests: the portable writer on Linux too
 }
 
+// newDiskSettings are the settings of a disk buffer in dir: the defaults,
+// then opts in order. It returns them with the errors of invalid options,
+// in order, and of a DiskLimit below two segments.
+func newDiskSettings(dir string, opts []DiskOption) (*diskSettings, []error) {
+	d := &diskSettings{dir: dir, interval: DefaultFsyncInterval, limit: DefaultDiskLimit, segment: DefaultSegmentSize}
+	var errs []error
+	for _, o := range opts {
+		if o == nil {
+			errs = append(errs, invalid("DiskOption", nil, "must not be nil"))
+			continue
+		}
+		o.applyDisk(d)
+	}
+	if d.limit < 2*d.segment {
+		d.errs = append(d.errs, invalid("DiskBuffer.DiskLimit", d.limit, "must be at least twice the segment size"))
+	}
+	return d, append(errs, d.errs...)
+}
+
 // WithFsync sets the fsync policy (default FsyncInterval). An unknown
 // policy fails New.
 func WithFsync(p FsyncPolicy) DiskOption {
