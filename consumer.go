@@ -254,14 +254,7 @@ func (w *consumer) retryLater(b *batch, now time.Time) {
 		return
 	}
 	k, healthy, line := w.room.failed(b, now) // R61: k restarts at every 2xx to anyone
-	d, custom := w.policy.compatDelay(b.retries)
-	switch {
-	case custom:
-	case healthy:
-		d = healthyWait() // R61: short while the server is healthy (R63)
-	default:
-		d = w.policy.delay(k)
-	}
+	d := w.policy.retryWait(b.retries, k, healthy)
 	b.scheduleRetry()
 	w.park(b, now.Add(d))
 	w.outage.write(line) // R51

@@ -71,19 +71,9 @@ func (w *consumer) splitTooMany(b *batch, now time.Time) bool {
 		w.log.Debug("batch answered 429 twice without Retry-After: sending it again as two halves",
 			zap.Int("events", len(b.events)))
 	}
-	w.splitAndPark(b, now.Add(w.firstDelay(first)), now.Add(w.firstDelay(first)))
+	w.splitAndPark(b, now.Add(w.policy.firstDelay(first)), now.Add(w.policy.firstDelay(first)))
 	w.outage.write(line) // R51
 	return true
-}
-
-// firstDelay is the wait of a half after a split on repeated 429s (R68):
-// the first counted delay (R26's d_1, its own jitter each call), or what
-// the compatibility configuration sets for retry number retries.
-func (w *consumer) firstDelay(retries int) time.Duration {
-	if d, custom := w.policy.compatDelay(retries); custom {
-		return d
-	}
-	return w.policy.delay(1)
 }
 
 // splitAndPark halves b, refused as a whole (R3, R66, R68), marks it cut

@@ -55,6 +55,30 @@ func (p retryPolicy) compatDelay(k int) (d time.Duration, ok bool) {
 	return min(max(p.retryDelay(k), 0), p.maxBackoffTotal), true
 }
 
+// retryWait is the wait of a batch before its counted retry after the
+// k-th counted failure in a row of the server (R61): what the
+// compatibility configuration sets for retry number retries, the short
+// wait d_h while the server is healthy (R61, R63), or else d_k (R26).
+func (p retryPolicy) retryWait(retries, k int, healthy bool) time.Duration {
+	if d, custom := p.compatDelay(retries); custom {
+		return d
+	}
+	if healthy {
+		return healthyWait()
+	}
+	return p.delay(k)
+}
+
+// firstDelay is the wait of a half after a split on repeated 429s (R68):
+// the first counted delay (R26's d_1, its own jitter each call), or what
+// the compatibility configuration sets for retry number retries.
+func (p retryPolicy) firstDelay(retries int) time.Duration {
+	if d, custom := p.compatDelay(retries); custom {
+		return d
+	}
+	return p.delay(1)
+}
+
 // retriesEnded reports whether retries have ended: Close began on a
 // client with shared.Compat FastClose.
 func (p retryPolicy) retriesEnded() bool {
