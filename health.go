@@ -157,6 +157,24 @@ type outageLine struct {
 	lasted   time.Duration // since the run's first counted failure
 }
 
+// failingNow reports whether the server is failing and the latest answer
+// of all (h) was a counted failure, with that failure's error.
+func (o *outage) failingNow(h *health) (bool, error) {
+	if o.on && h.lastFailed() {
+		return true, o.lastErr
+	}
+	return false, nil
+}
+
+// nextChange is a channel closed at the next counted failure or usable
+// Retry-After (poke).
+func (o *outage) nextChange() <-chan struct{} {
+	if o.changed == nil {
+		o.changed = make(chan struct{})
+	}
+	return o.changed
+}
+
 // poke wakes whoever watches changed.
 func (o *outage) poke() {
 	if o.changed != nil {

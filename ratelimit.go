@@ -456,17 +456,13 @@ func (r *waitingRoom) backlog(now time.Time) (batches, events int, next time.Dur
 func (r *waitingRoom) notAnswering(deadline time.Time) (yes bool, changed <-chan struct{}, last error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	o := &r.outage
-	if o.on && r.health.lastFailed() {
-		return true, nil, o.lastErr
+	if failing, last := r.outage.failingNow(&r.health); failing {
+		return true, nil, last
 	}
 	if !r.deadline.IsZero() && !deadline.IsZero() && !r.deadline.Before(deadline) {
 		return true, nil, nil
 	}
-	if o.changed == nil {
-		o.changed = make(chan struct{})
-	}
-	return false, o.changed, nil
+	return false, r.outage.nextChange(), nil
 }
 
 // answerProbeLocked ends the probe, if one is out (R64): whoever waits for
