@@ -331,20 +331,20 @@ func (w *consumer) readyToSend(b *batch) bool {
 	for {
 		mine, wait := w.trying, (chan struct{})(nil) // the turn claimed with b, if any
 		if mine == nil {
-			mine, wait = w.limits.try(w.limits.size(b, w.q.perEvent))
+			mine, wait = w.limits.try(w.limits.size(b))
 		}
 		if wait == nil {
 			w.trying = mine
 			w.search = w.limits.searches.Load()
 			w.fit(b)
-			if w.trying == nil && !w.limits.tried(w.limits.size(b, w.q.perEvent)) {
+			if w.trying == nil && !w.limits.tried(w.limits.size(b)) {
 				// A 413 came since try: b's size is untried now, and
 				// goes alone (R69). (A search is counted after its
 				// limit is stored, so when w.search is that search's,
 				// tried sees the limit.)
 				continue
 			}
-			if w.trying != nil && w.limits.tried(w.limits.size(b, w.q.perEvent)) {
+			if w.trying != nil && w.limits.tried(w.limits.size(b)) {
 				w.endTry() // what is left of b is of a size the server took: others need not wait
 			}
 			return true
@@ -377,7 +377,7 @@ func (w *consumer) adapt(b *batch, r attemptResult, now time.Time) bool {
 		return false
 	}
 	size := r.plainSize // the body as encoded, before gzip
-	estimate := w.limits.size(b, w.q.perEvent)
+	estimate := w.limits.size(b)
 	tooMany := b.countTooMany(r.outcome == outcomeTooMany)
 	switch {
 	case r.outcome == outcomeDelivered:

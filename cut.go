@@ -24,9 +24,9 @@ import (
 // consumer that may send a body of an untried size (readyToSend), so the piece
 // it sends is the size the search tries next.
 func (w *consumer) fit(b *batch) {
-	for w.limits.tooLarge(b, w.q.perEvent) {
+	for w.limits.tooLarge(b) {
 		now := time.Now()
-		k := w.limits.fitting(b, w.q.perEvent)
+		k := w.limits.fitting(b)
 		if b.attempts > 0 {
 			w.settle.stats.countRecut()
 		}

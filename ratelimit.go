@@ -108,7 +108,7 @@ func (r *waitingRoom) succeeded(now time.Time) (line outageLine) {
 	}
 	late := make([]int, 0, len(r.waiting))
 	for i, w := range r.waiting {
-		if w.b.countedRetry() && !w.b.awaitToken && w.due.After(horizon) {
+		if w.b.countedRetry() && !awaitsToken(w.b) && w.due.After(horizon) {
 			late = append(late, i)
 		}
 	}
