@@ -167,11 +167,7 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 	policy := s.retryPolicy(c.noRetries)
 	c.consumers.Add(s.Consumers)
 	for i := 0; i < s.Consumers; i++ {
-		w := &consumer{
-			q: q, room: c.room, transport: s.transport(httpClient), auth: c.auth, settle: c.settle,
-			policy: policy, log: c.log, interrupt: c.interrupt, retire: c.retire, onAttempt: s.attemptHook,
-			limits: c.limits, outage: c.outage,
-		}
+		w := newConsumer(c, s.transport(httpClient), policy, s.attemptHook)
 		go func() {
 			defer c.consumers.Done()
 			w.run()

@@ -32,6 +32,17 @@ type consumer struct {
 	search    int64             // the search for the body limit during which the attempt was sent (R67)
 }
 
+// newConsumer is an upload goroutine of c, not started, that makes its
+// attempts through t with policy's counted retries and reports each to
+// onAttempt (WithAttemptHook; nil without).
+func newConsumer(c *Client, t transport, policy retryPolicy, onAttempt func(AttemptInfo)) *consumer {
+	return &consumer{
+		q: c.q, room: c.room, transport: t, auth: c.auth, settle: c.settle,
+		policy: policy, log: c.log, interrupt: c.interrupt, retire: c.retire, onAttempt: onAttempt,
+		limits: c.limits, outage: c.outage,
+	}
+}
+
 func (w *consumer) run() {
 	w.timer = time.NewTimer(time.Hour)
 	w.timer.Stop()
