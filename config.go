@@ -649,7 +649,7 @@ func (s *settings) tokenSource(httpClient *http.Client, room *waitingRoom) *toke
 	if s.oauth == nil {
 		return nil
 	}
-	return newTokenSource(s.oauth, httpClient, s, room)
+	return newTokenSource(s.oauth, httpClient, s.HTTPTimeout, s.backoff, s.logger, room)
 }
 
 // transport is a consumer's transport: its request sender on httpClient,

@@ -4,6 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/relaykit/analytics-go/internal/diskbuf"
 )
 
 // Durable mode (WithDiskBuffer) keeps every accepted event in an on-disk
@@ -125,6 +129,18 @@ func newDiskSettings(dir string, opts []DiskOption) (*diskSettings, []error) {
 		d.errs = append(d.errs, invalid("DiskBuffer.DiskLimit", d.limit, "must be at least twice the segment size"))
 	}
 	return d, append(errs, d.errs...)
+}
+
+// logOptions are the options of the disk log: its segment size and limit
+// in bytes, and its warnings and errors logged to logger.
+func (d *diskSettings) logOptions(logger *zap.Logger) diskbuf.Options {
+	return diskbuf.Options{
+		SegmentBytes: d.segment,
+		MaxBytes:     d.limit,
+		NoMmap:       d.noMmap,
+		Logf:         func(format string, args ...any) { logger.Warn(fmt.Sprintf(format, args...)) },
+		Errorf:       func(format string, args ...any) { logger.Error(fmt.Sprintf(format, args...)) },
+	}
 }
 
 // WithFsync sets the fsync policy (default FsyncInterval). An unknown

@@ -77,13 +77,7 @@ func (d *durable) addStats(st *Stats, open bool) {
 // openDurable opens d.dir and returns the buffer and the number of events
 // an earlier client left there (read back later: see startReader).
 func openDurable(d *diskSettings, logger *zap.Logger) (*durable, int, error) {
-	dl, n, err := diskbuf.OpenLog(d.dir, diskbuf.Options{
-		SegmentBytes: d.segment,
-		MaxBytes:     d.limit,
-		NoMmap:       d.noMmap,
-		Logf:         func(format string, args ...any) { logger.Warn(fmt.Sprintf(format, args...)) },
-		Errorf:       func(format string, args ...any) { logger.Error(fmt.Sprintf(format, args...)) },
-	})
+	dl, n, err := diskbuf.OpenLog(d.dir, d.logOptions(logger))
 	if errors.Is(err, diskbuf.ErrLocked) {
 		return nil, 0, fmt.Errorf("%w: %s", ErrDiskBufferLocked, d.dir)
 	}
