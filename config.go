@@ -652,13 +652,29 @@ func (s *settings) tokenSource(httpClient *http.Client, room *waitingRoom) *toke
 	return newTokenSource(s.oauth, httpClient, s.HTTPTimeout, s.backoff, s.logger, room)
 }
 
+// batchEndpoint is the batch API the uploads post to through httpClient:
+// the endpoint's /v1/batch, with the write key, which the logs never show
+// in any of its forms.
+func (s *settings) batchEndpoint(httpClient *http.Client) httpbatch.Config {
+	key := wire.AppendString(nil, s.writeKey)
+	return httpbatch.Config{
+		Client:    httpClient,
+		URL:       s.Endpoint + "/v1/batch",
+		WriteKey:  s.writeKey,
+		Secrets:   httpbatch.WriteKeyForms(s.writeKey, string(key[1:len(key)-1])),
+		UserAgent: LibraryName + "/" + Version,
+		Gzip:      s.Gzip,
+		Log:       s.logger,
+	}
+}
+
 // transport is a consumer's transport: its request sender on httpClient,
 // or the one a test installs.
 func (s *settings) transport(httpClient *http.Client) transport {
 	if s.newTransport != nil {
 		return s.newTransport()
 	}
-	return newSender(s, httpClient)
+	return newSender(s.batchEndpoint(httpClient), s.frame(), s.logger)
 }
 
 // Upper bounds of the numeric options. New returns a *ConfigError naming
