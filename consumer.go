@@ -120,18 +120,24 @@ func (w *consumer) sleepUntil(answer chan struct{}) bool {
 	return true
 }
 
-// sleepGate waits at a shut gate: for its deadline, or for the answer to
-// another consumer's probe (R64). It reports false at shutdown.
+// sleepGate waits at a shut gate: for its deadline, for the answer to
+// another consumer's probe (R64), or until a Close that waits for no retry
+// opens it (shared.Compat FastClose). It reports false at shutdown.
 func (w *consumer) sleepGate(g gateState) bool {
+	var expired <-chan time.Time
 	if g.answer == nil {
-		return w.sleep(g.wait, nil)
+		w.timer.Reset(g.wait)
+		defer w.timer.Stop()
+		expired = w.timer.C
 	}
 	select {
+	case <-expired:
 	case <-g.answer:
-		return true
+	case <-w.room.opened:
 	case <-w.interrupt.Done():
 		return false
 	}
+	return true
 }
 
 // sleep waits until d has passed (d < 0: no limit), work may have arrived,

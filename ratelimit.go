@@ -40,7 +40,8 @@ type waitingRoom struct {
 	release, releaseMax time.Duration
 	latest              time.Time // no counted retry waits later than this (zero: none waits)
 
-	ready chan struct{} // cap 1: a batch arrived, or more are due
+	ready  chan struct{} // cap 1: a batch arrived, or more are due
+	opened chan struct{} // closed by dueNow: consumers at the gate go on
 }
 
 // newWaitingRoom returns the room of a client whose rate-limit episodes
@@ -49,7 +50,7 @@ type waitingRoom struct {
 func newWaitingRoom(limit time.Duration, places *capacity, backoff backoffPolicy) *waitingRoom {
 	release, releaseMax := backoff.firstWait()
 	return &waitingRoom{
-		limit: limit, places: places, ready: make(chan struct{}, 1),
+		limit: limit, places: places, ready: make(chan struct{}, 1), opened: make(chan struct{}),
 		health:  health{tokens: allowanceBurst},
 		release: release, releaseMax: releaseMax,
 	}
@@ -102,7 +103,7 @@ func (r *waitingRoom) succeeded(now time.Time) (line outageLine) {
 	r.health.succeeded(now)
 	line = r.outage.success(&r.health, now, r.retryingLocked)
 	horizon := now.Add(r.releaseMax)
-	if r.latest.IsZero() || !r.latest.After(horizon) {
+	if r.unpaced || r.latest.IsZero() || !r.latest.After(horizon) { // unpaced: each batch keeps its own schedule
 		r.mu.Unlock()
 		return line
 	}
@@ -404,6 +405,9 @@ func (h *dueOrder) Pop() any {
 // later (its outcome was decided before Close began) is due at once too.
 func (r *waitingRoom) dueNow(now time.Time) {
 	r.mu.Lock()
+	if !r.noWait && r.opened != nil {
+		close(r.opened) // the gate opens for the consumers sleeping at it too
+	}
 	r.noWait = true
 	r.deadline, r.start = time.Time{}, time.Time{}
 	r.answerProbeLocked() // no episode, no probe (R64): nobody waits for one

@@ -51,7 +51,8 @@ type Compat struct {
 
 	// NoRetryAllowance lets every counted retry go when its wait is over,
 	// as each of segment v3's batches retried on its own: the client-wide
-	// retry allowance (docs/delivery.md R63) does not pace them.
+	// retry allowance (docs/delivery.md R63) does not pace them, and a 2xx
+	// does not bring them forward either (R62): each waits its RetryDelay.
 	NoRetryAllowance bool
 
 	// AnyWriteKey accepts any write key, as segment v3 did: empty, or with
