@@ -8,7 +8,7 @@ import (
 
 // How a consumer cuts a batch (docs/delivery.md R3, R66–R68). Every cut
 // keeps the events in order and carries the batch's attempts and budgets
-// on to both pieces (cutAt):
+// on to both pieces (cutAt, batch.go):
 //
 //   - before sending, a batch over a learned limit (learned.go) is cut down
 //     to it, and the rest waits its turn (fit);
