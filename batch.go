@@ -171,6 +171,15 @@ func (b *batch) waitWhole() {
 	b.rateLimited, b.retryPending, b.cut = false, false, false
 }
 
+// failingFor is how long b has been failing at now: since its first
+// counted failure (R28), which is now if it has none yet.
+func (b *batch) failingFor(now time.Time) time.Duration {
+	if b.firstFailure.IsZero() {
+		b.firstFailure = now
+	}
+	return now.Sub(b.firstFailure)
+}
+
 // budgetError is the error of b's events when a budget ends its retries
 // (R27, R28, R35): reason, with b's last error and attempts.
 func (b *batch) budgetError(reason error) *DeliveryError {

@@ -34,13 +34,11 @@ type retryPolicy struct {
 // b's first counted failure (R28, D15). That failure is now if b has none
 // yet.
 func (p retryPolicy) spent(b *batch, now time.Time) error {
-	if b.firstFailure.IsZero() {
-		b.firstFailure = now
-	}
+	failing := b.failingFor(now)
 	if b.retries >= p.maxRetries {
 		return ErrRetriesExhausted
 	}
-	if now.Sub(b.firstFailure) >= p.maxBackoffTotal {
+	if failing >= p.maxBackoffTotal {
 		return ErrBackoffDurationExceeded
 	}
 	return nil
