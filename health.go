@@ -36,6 +36,10 @@ type health struct {
 	seen      int       // how many bits of recent hold an answer (at most recentAnswers)
 }
 
+// newHealth is the health of a server that has not answered yet: no
+// answer seen, and the whole retry allowance (R63).
+func newHealth() health { return health{tokens: allowanceBurst} }
+
 // recentAnswers is how many of the latest answers decide whether the server
 // is healthy (R63).
 const recentAnswers = 16

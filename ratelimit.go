@@ -51,7 +51,7 @@ func newWaitingRoom(limit time.Duration, places *capacity, backoff backoffPolicy
 	release, releaseMax := backoff.firstWait()
 	return &waitingRoom{
 		limit: limit, places: places, ready: make(chan struct{}, 1), opened: make(chan struct{}),
-		health:  health{tokens: allowanceBurst},
+		health:  newHealth(),
 		release: release, releaseMax: releaseMax,
 	}
 }
