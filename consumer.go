@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/relaykit/analytics-go/internal/guard"
 )
 
 // consumer is one upload goroutine. It takes the next batch — one that is
@@ -334,7 +336,7 @@ func (w *consumer) observe(b *batch, start time.Time, r attemptResult) {
 	}
 	info := AttemptInfo{Events: len(b.events), Bytes: r.sent, Retry: b.attempts,
 		Duration: time.Since(start), Err: r.cause, Status: r.status}
-	defer contain(w.log, userHook, nil)
+	defer guard.Contain(w.log, userHook, nil)
 	w.onAttempt(info)
 }
 

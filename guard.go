@@ -2,8 +2,6 @@ package analytics
 
 import (
 	"errors"
-	"fmt"
-	"runtime/debug"
 	"strings"
 
 	"go.uber.org/zap"
@@ -13,42 +11,13 @@ import (
 // The client's goroutines run code the user supplied: the http.Client and
 // its RoundTripper, the response bodies they return, OnSuccess, OnError,
 // the attempt hook and the logger. None of it may take the process down
-// (docs/delivery.md R56, R16). This file is the one place of this package
-// that contains it: contain is deferred by every function that calls into
-// such code, and guardCore wraps the logger. The HTTP client and its
-// bodies are called only from internal/httpbatch, whose guard.go does the
-// same for them.
+// (docs/delivery.md R56, R16). Every function of this package that calls
+// into such code defers guard.Contain (internal/guard, shared with
+// internal/httpbatch), and guardCore, below, wraps the logger. The HTTP
+// client and its bodies are called only from internal/httpbatch, whose
+// guard.go holds those calls.
 
-// panicError is the error an attempt ends with when user code panicked:
-// what panicked, and the panic's value.
-type panicError struct {
-	what  string
-	value string
-}
-
-func (e *panicError) Error() string { return e.what + " panicked: " + e.value }
-
-// contain ends a panic of the user code that the calling function ran
-// (what names it): the panic is logged once at ERROR with its value and
-// stack, and, when err is not nil, *err becomes a *panicError. It must be
-// deferred directly (defer contain(…)), as recover requires.
-func contain(log *zap.Logger, what string, err *error) {
-	r := recover()
-	if r == nil {
-		return
-	}
-	// fmt contains a panic of the value's own String or Error method.
-	value := fmt.Sprint(r)
-	if log == nil {
-		log = zap.NewNop()
-	}
-	log.Error(what+" panicked", zap.String("panic", value), zap.ByteString("stack", debug.Stack()))
-	if err != nil {
-		*err = &panicError{what: what, value: value}
-	}
-}
-
-// Names for contain, as they read in logs and errors.
+// Names for guard.Contain, as they read in logs and errors.
 const (
 	userCallback = "analytics callback"
 	userHook     = "analytics attempt hook"

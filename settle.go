@@ -8,6 +8,8 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/relaykit/analytics-go/internal/guard"
 )
 
 // settler gives every accepted event its one disposition (R42): delivered,
@@ -159,7 +161,7 @@ func (s *settler) settle(evs []event, err error, logFailure bool) {
 func (s *settler) callback(running *atomic.Int64, n int64, f func()) {
 	running.Add(n)
 	defer running.Add(-n)
-	defer contain(s.log, userCallback, nil)
+	defer guard.Contain(s.log, userCallback, nil)
 	f()
 }
 
