@@ -445,8 +445,10 @@ func (t *simTiming) rateLimits(outs map[string][]simOutcome) {
 		n := t.nextOf(a, outs)
 		// R35: the episode ends MaxRateLimitDuration after its start. (An
 		// episode that had run out by t ended at a consumer's look at the
-		// gate, or ends at t: a new one may begin at t.)
-		if !late.Add(limit).After(tA) {
+		// gate, or ends at t: a new one may begin at t. It may have begun
+		// as early as early, when the answers of that instant were taken
+		// in with the Retry-After last.)
+		if !early.Add(limit).After(tA) {
 			late = tA
 		}
 		if end := late.Add(limit); !ended && a.final.raUntil.After(end.Add(time.Second+simTolerance)) && before(end.Add(simTolerance)) &&
