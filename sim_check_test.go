@@ -346,7 +346,10 @@ func simCheck(run *simRun) []simViolation {
 	// R67: after a 413 on a body of B bytes, no batch made of events
 	// accepted after that answer has a body of B bytes or more, whether
 	// the refused body held one event or several. (This and the next check
-	// belong to the smalllimit class.)
+	// belong to the smalllimit class.) Sizes are compared as the client
+	// reckons them, with the longest sentAt: a refused body whose sentAt
+	// was written shorter (a round instant; each event's too with
+	// WithEventSentAt) counts up to that many bytes more than it weighed.
 	for ai, a := range atts {
 		if !run.faults[faultSmallLimit] {
 			break
@@ -354,8 +357,12 @@ func simCheck(run *simRun) []simViolation {
 		if a.final.status != 413 || len(a.ids) < 1 {
 			continue
 		}
+		reckoned := a.size + simSentAtSlack
+		if sc.EventSentAt {
+			reckoned += simSentAtSlack * len(a.ids)
+		}
 		for bi, b := range atts {
-			if b.header.Get("X-Retry-Count") != "" || len(b.ids) < 2 || b.size < a.size || !b.at.After(a.final.done) {
+			if b.header.Get("X-Retry-Count") != "" || len(b.ids) < 2 || b.size < reckoned || !b.at.After(a.final.done) {
 				continue
 			}
 			after := true
@@ -366,7 +373,7 @@ func simCheck(run *simRun) []simViolation {
 				}
 			}
 			if after {
-				bad("R67", "attempt %d: a new batch of %d bytes after attempt %d's %d-byte body was answered 413", bi, b.size, ai, a.size)
+				bad("R67", "attempt %d: a new batch of %d bytes after attempt %d's %d-byte body (%d as reckoned at most) was answered 413", bi, b.size, ai, a.size, reckoned)
 				break
 			}
 		}
@@ -1048,3 +1055,8 @@ func simCheckDurable(run *simRun, accepted map[string]time.Time, outcomeAt func(
 	}
 	return vs
 }
+
+// simSentAtSlack is how much shorter a timestamp may be written than the
+// longest (R67's reckoning): "2006-01-02T15:04:05Z" against
+// "2006-01-02T15:04:05.999999999Z".
+const simSentAtSlack = len(".999999999")

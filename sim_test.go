@@ -96,6 +96,11 @@ var simRegression = []string{
 	// start), so the gate was open to all and it sent at once; the checker
 	// held it to the probe's answer (R35, R64).
 	`{"seed":7247,"consumers":2,"flushAt":5,"flushIntervalMs":60000,"queueCapacity":1,"httpTimeoutMs":5000,"maxRetries":1000,"maxBackoffMs":60000,"maxRateLimitMs":4000,"closeTimeoutMs":500,"onSuccess":true,"producers":[{"startMs":0,"count":300,"gapMs":10,"burst":5,"size":10,"ctx":true},{"startMs":5000,"count":120,"gapMs":10,"burst":1,"size":32000,"poison":17,"gen":true},{"startMs":100,"count":300,"gapMs":100,"burst":1,"size":200}],"answers":[{"k":"ok","w":5},{"k":"retry5xx","w":5},{"k":"retry4xx","w":2},{"k":"ratelimit","w":1},{"k":"redirect","w":5},{"k":"odd-status","w":1},{"k":"timeout","w":2}],"outages":[{"from":23973,"to":24973,"k":"ratelimit"},{"from":2250,"to":3250,"k":"reset"},{"from":848,"to":30848,"k":"ratelimit"}],"holdMaxMs":2000,"flushes":[{"at":9606,"ctx":"done","ms":60000},{"at":27617,"ctx":"background","ms":500},{"at":9957,"ctx":"done","ms":5000}],"closeAtMs":700000,"close":{"ctx":"timeout","ms":1000}}`,
+	// A 413 on one event of 1339 bytes as sent, 1346 as reckoned (a sentAt
+	// written short); a batch of 1343 bytes followed, 1343 as reckoned: the
+	// client compares sizes as reckoned (R67), the checker compared them as
+	// sent.
+	`{"seed":7871,"consumers":2,"flushAt":25,"flushIntervalMs":60000,"queueCapacity":1000,"httpTimeoutMs":10000,"maxRetries":1000,"maxBackoffMs":-1,"maxRateLimitMs":4000,"closeTimeoutMs":2000,"onSuccess":true,"producers":[{"startMs":0,"count":120,"gapMs":10,"burst":1,"size":2000},{"startMs":5000,"count":10,"gapMs":0,"burst":5,"size":10,"ctx":true,"ctxMs":60000},{"startMs":1000,"count":300,"gapMs":500,"burst":1,"size":32000,"ctx":true,"gen":true}],"answers":[{"k":"ok","w":0},{"k":"ok-odd","w":10},{"k":"retry5xx","w":2},{"k":"ratelimit","w":10},{"k":"fail4xx","w":2},{"k":"redirect","w":5},{"k":"redirect-away","w":5},{"k":"mb-nil-nil","w":10}],"outages":[{"from":27991,"to":28991,"k":"reset"},{"from":89,"to":30089,"k":"ratelimit"}],"bodyLimit":1282,"holdMaxMs":10,"closeAtMs":700000,"close":{"ctx":"background","ms":1000}}`,
 }
 
 // simCISeeds is how many seeds CI runs beside the regression seeds, and
