@@ -218,14 +218,29 @@ func simCheck(run *simRun) []simViolation {
 		}
 		return n
 	}
-	largestBefore := func(before time.Time) int { // answered strictly before
-		n := untriedFloor
+	// mayBeUntried reports whether b's body may have been of an untried
+	// size when it went out (R69): as the client reckons it, with the
+	// longest sentAt, larger than every body answered 2xx before (each
+	// reckoned at least at its size as sent) and, before any 413, than
+	// untriedFloor.
+	mayBeUntried := func(b simAttempt) bool {
+		reckoned := b.size + simSentAtSlack
+		if sc.EventSentAt {
+			reckoned += simSentAtSlack * len(b.ids)
+		}
+		n, refused := 0, false
 		for _, a := range atts {
-			if a.class() == clsOK && a.final.done.Before(before) {
-				n = max(n, a.size+64*len(a.ids))
+			if a.final.done.Before(b.at) {
+				if a.class() == clsOK {
+					n = max(n, a.size)
+				}
+				refused = refused || a.final.status == 413
 			}
 		}
-		return n
+		if !refused {
+			n = max(n, untriedFloor)
+		}
+		return reckoned > n
 	}
 	endOf := func(a simAttempt) time.Time {
 		if a.final.end.After(a.final.done) {
@@ -676,7 +691,7 @@ func simCheck(run *simRun) []simViolation {
 					busy++
 					// An untried size on the wire: other consumers may hold
 					// batches waiting for its end (R69).
-					turn = turn || b.size > largestBefore(b.at)
+					turn = turn || mayBeUntried(b)
 				}
 			}
 			// After a deadline, while the episode is open, the other
