@@ -13,7 +13,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/relaykit/analytics-go/internal/shared"
-	"github.com/relaykit/analytics-go/internal/wire"
 )
 
 // Tracker is the set of methods code that sends events needs: the enqueue
@@ -138,59 +137,37 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 		cfg:          s.effective(),
 		log:          s.logger,
 		q:            q,
-		room:         newWaitingRoom(s.MaxRateLimitDuration, places, s.backoff),
-		settle:       newSettler(s.logger, s.onSuccess, s.onError, q, s.QueueCapacity),
-		keepMessages: s.onSuccess != nil,
-		defaults:     newDefaults(s.defaultContext, s.defaultProperties),
+		room:         s.waitingRoom(places),
+		settle:       s.settler(q),
+		keepMessages: s.keepMessages(),
+		defaults:     s.messageDefaults(),
 		noLibrary:    s.compat.NoLibrary,
 		successName:  cmp.Or(s.compat.SuccessName, "OnSuccess"),
 		errorName:    cmp.Or(s.compat.ErrorName, "OnError"),
 		retire:       make(chan struct{}),
-		limits:       newLearnedLimits(q, s.bodyFrame()),
+		limits:       s.learnedLimits(q),
 	}
-	if s.rampOff {
-		c.limits.endRamp()
+	c.noRetries = s.noRetries()
+	var replay int
+	if c.disk, replay, err = s.openDisk(); err != nil {
+		return nil, err
 	}
-	if s.compat.FastClose {
-		c.noRetries = new(atomic.Bool)
-	}
-	if s.compat.NoRetryAllowance {
-		c.room.unpace()
-	}
-	if s.disk != nil {
-		var replay int
-		c.disk, replay, err = openDurable(s.disk, s.logger)
-		if err != nil {
-			return nil, err
-		}
+	if c.disk != nil {
 		c.settle.keepOnDisk(c.disk) // hand-backs stay on disk, without a callback
 		q.onTake = c.disk.beforeBatch
 		c.disk.startReader(q, places, &c.settle.stats, replay) // read back, before any new event, as memory allows
 	}
 	c.interrupt, c.cancelInterrupt = context.WithCancel(context.Background())
-	httpClient := newHTTPClient(&s)
-	if !s.CustomHTTPClient {
-		c.ownTransport, _ = httpClient.Transport.(*http.Transport)
-	}
-	if s.oauth != nil {
-		c.auth = newTokenSource(s.oauth, httpClient, &s, c.room)
+	httpClient := s.uploadClient()
+	c.ownTransport = s.ownTransport(httpClient)
+	if c.auth = s.tokenSource(httpClient, c.room); c.auth != nil {
 		c.auth.start(c.interrupt) // fetches the first token now (R50)
 	}
 	c.outage = newOutageLog(c.log, q, c.room, c.disk, &c.settle.stats)
 	policy := s.retryPolicy(c.noRetries)
 	c.consumers.Add(s.Consumers)
 	for i := 0; i < s.Consumers; i++ {
-		var t transport
-		if s.newTransport != nil {
-			t = s.newTransport()
-		} else {
-			t = newSender(&s, httpClient)
-		}
-		w := &consumer{
-			q: q, room: c.room, transport: t, auth: c.auth, settle: c.settle,
-			policy: policy, log: c.log, interrupt: c.interrupt, retire: c.retire, onAttempt: s.attemptHook,
-			limits: c.limits, outage: c.outage,
-		}
+		w := newConsumer(c, s.transport(httpClient), policy, s.attemptHook)
 		go func() {
 			defer c.consumers.Done()
 			w.run()
@@ -479,7 +456,7 @@ func (c *Client) Close(ctx context.Context) error {
 	}
 	n := c.settle.handedBack() - handedBefore + int64(handing)
 	if handing > 0 {
-		err := c.settle.handBackError(nil, 0) // never sent
+		err := handBackError(nil, 0) // never sent
 		settled := make(chan struct{})
 		go func() {
 			defer close(settled)
@@ -670,12 +647,7 @@ func (c *Client) Stats() Stats {
 
 func init() {
 	shared.CompatOption = func(c shared.Compat) any {
-		return optionFunc(func(s *settings) {
-			if len(c.BodyFields) > 0 && !wire.ValidExtra(c.BodyFields, maxBodyFields) {
-				s.errs = append(s.errs, invalid("BodyFields", len(c.BodyFields), "must be at most shared.MaxBodyFields bytes of JSON object members"))
-			}
-			s.compat = c
-		})
+		return withCompat(c)
 	}
 	shared.MaxBodyFields = maxBodyFields
 	shared.CheckEndpoint = func(endpoint string) error {

@@ -1,6 +1,7 @@
 package analytics
 
 import (
+	"cmp"
 	"math/bits"
 	"sync"
 	"sync/atomic"
@@ -32,6 +33,15 @@ type event struct {
 
 	seg *diskbuf.Segment // durable mode: the record's segment (see durable.go); nil otherwise
 	off uint32           // durable mode: the record's offset in seg
+}
+
+// message is the Message a callback gets for e: the copy made at enqueue,
+// or, without one, a message rebuilt from e's JSON (see settler.messages).
+func (e *event) message() (Message, error) {
+	if e.msg != nil {
+		return e.msg, nil
+	}
+	return rebuildMessage(e.data)
 }
 
 // batch is the unit of upload. Its events are fixed when it is taken from
@@ -86,6 +96,88 @@ func (b *batch) countFailure(successes uint64) int {
 	}
 	b.streak++
 	return b.streak
+}
+
+// attempted counts an attempt of b just made: X-Retry-Count of the next
+// (R7), and a request of the isolation budget b is part of (R66).
+func (b *batch) attempted() {
+	b.attempts++
+	if b.isolation != nil {
+		b.isolation.requests.Add(1)
+	}
+}
+
+// takeIsolation takes one request of the budget of b's isolation after a
+// 400 (R66), starting the isolation (started) if b is not part of one yet;
+// ok is false when the budget is spent.
+func (b *batch) takeIsolation() (started, ok bool) {
+	if b.isolation == nil {
+		b.isolation, started = newIsolation(b), true
+	}
+	return started, b.isolation.take()
+}
+
+// halve cuts b into two batches, the first half (len/2 events) staying in
+// b; same events in the same order. The second carries on everything b
+// carries: attempts (X-Retry-Count, R7), counted retries, first counted
+// failure, failure streak (R61), flags, the last answer and the isolation
+// budget.
+// A split after an answer marks b cut first (R3, R66, R68); a cut before
+// sending (fit) does not, so its halves are cut again if still too large.
+func halve(b *batch) (first, second *batch) {
+	return cutAt(b, len(b.events)/2)
+}
+
+// cutAt cuts b into b.events[:mid], staying in b, and the rest, carried on
+// as halve says.
+func cutAt(b *batch, mid int) (first, second *batch) {
+	if b.isolation != nil {
+		b.isolation.addPiece()
+	}
+	second = newBatch(len(b.events) - mid)
+	second.events = append(second.events, b.events[mid:]...)
+	clear(b.events[mid:])
+	b.events = b.events[:mid]
+	b.bytes = eventBytes(b.events)
+	events := second.events
+	*second = *b
+	second.events, second.bytes = events, eventBytes(events)
+	return b, second
+}
+
+// handBackError is the error of b's events when b is handed back at
+// shutdown (R38): b's last error, or cause when the attempt in flight was
+// cancelled (R40), with b's attempts.
+func (b *batch) handBackError(cause error) *DeliveryError {
+	return handBackError(cmp.Or(cause, b.lastErr), b.attempts)
+}
+
+// countTooMany counts a 429 without a usable Retry-After on b (tooMany),
+// or ends the run of them on any other answer, and returns how many came
+// in a row (R68).
+func (b *batch) countTooMany(tooMany bool) int {
+	if tooMany {
+		b.tooMany++
+	} else {
+		b.tooMany = 0
+	}
+	return b.tooMany
+}
+
+// waitWhole readies b, refused as too large, to wait whole for its cut at
+// the size tried next (R67): it is then neither a counted retry nor waiting
+// for a Retry-After deadline, nor a piece to be sent as it is.
+func (b *batch) waitWhole() {
+	b.rateLimited, b.retryPending, b.cut = false, false, false
+}
+
+// failingFor is how long b has been failing at now: since its first
+// counted failure (R28), which is now if it has none yet.
+func (b *batch) failingFor(now time.Time) time.Duration {
+	if b.firstFailure.IsZero() {
+		b.firstFailure = now
+	}
+	return now.Sub(b.firstFailure)
 }
 
 // budgetError is the error of b's events when a budget ends its retries
@@ -191,6 +283,14 @@ func (s *isolation) report(log *zap.Logger) {
 		return
 	}
 	log.Error("events not delivered", append(fields, zap.Error(s.err))...)
+}
+
+// addPiece counts one more piece: a piece of the isolated batch was cut
+// in two.
+func (s *isolation) addPiece() {
+	s.mu.Lock()
+	s.pieces++
+	s.mu.Unlock()
 }
 
 // isolationBudget is the number of requests the pieces of a batch of n

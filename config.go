@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/relaykit/analytics-go/internal/httpbatch"
 	"github.com/relaykit/analytics-go/internal/shared"
 	"github.com/relaykit/analytics-go/internal/wire"
 	"go.uber.org/zap"
@@ -426,21 +427,11 @@ func WithDefaultProperties(props map[string]any) Option {
 // the capacity model are described in docs/durable.md.
 func WithDiskBuffer(dir string, opts ...DiskOption) Option {
 	return optionFunc(func(s *settings) {
-		d := &diskSettings{dir: dir, interval: DefaultFsyncInterval, limit: DefaultDiskLimit, segment: DefaultSegmentSize}
 		if dir == "" {
 			s.errs = append(s.errs, invalid("DiskBuffer", `""`, "directory must not be empty"))
 		}
-		for _, o := range opts {
-			if o == nil {
-				s.errs = append(s.errs, invalid("DiskOption", nil, "must not be nil"))
-				continue
-			}
-			o.applyDisk(d)
-		}
-		if d.limit < 2*d.segment {
-			d.errs = append(d.errs, invalid("DiskBuffer.DiskLimit", d.limit, "must be at least twice the segment size"))
-		}
-		s.errs = append(s.errs, d.errs...)
+		d, errs := newDiskSettings(dir, opts)
+		s.errs = append(s.errs, errs...)
 		s.disk = d
 	})
 }
@@ -540,12 +531,22 @@ func (s *settings) queueOptions() queueOptions {
 	}
 }
 
-// bodyFrame is the size of a request body without its events: the frame
-// around them with the write key and the compatibility BodyFields.
+// frame is the request body around the events: the write key, the
+// compatibility BodyFields and, with WithEventSentAt, the per-event sentAt.
+func (s *settings) frame() wire.Frame {
+	return wire.NewFrame(s.writeKey, s.compat.BodyFields, s.EventSentAt)
+}
+
+// bodyFrame is the size of a request body without its events (frame).
 func (s *settings) bodyFrame() int {
-	frame := wire.NewFrame(s.writeKey, s.compat.BodyFields, s.EventSentAt)
+	frame := s.frame()
 	return frame.Size()
 }
+
+// uploadClient is the http.Client of the client's uploads (and, by
+// default, of its token requests): WithHTTPClient's or its own, with the
+// redirect policy of internal/httpbatch.
+func (s *settings) uploadClient() *http.Client { return httpbatch.NewClient(s.httpClient, s.Consumers) }
 
 // retryPolicy is the counted-retry policy of the settings (R26–R28);
 // noRetry, set when Close begins, ends retries (shared.Compat FastClose;
@@ -559,6 +560,121 @@ func (s *settings) retryPolicy(noRetry *atomic.Bool) retryPolicy {
 		retryDelay:      s.compat.RetryDelay,
 		noRetry:         noRetry,
 	}
+}
+
+// withCompat applies the compatibility configuration of segmentv3 and
+// analyticstest (shared.CompatOption); BodyFields that are not JSON object
+// members, or too long, are a *ConfigError.
+func withCompat(c shared.Compat) Option {
+	return optionFunc(func(s *settings) {
+		if len(c.BodyFields) > 0 && !wire.ValidExtra(c.BodyFields, maxBodyFields) {
+			s.errs = append(s.errs, invalid("BodyFields", len(c.BodyFields), "must be at most shared.MaxBodyFields bytes of JSON object members"))
+		}
+		s.compat = c
+	})
+}
+
+// noRetries is the flag Close sets to end retries with shared.Compat
+// FastClose (see Client.endRetries); nil without it.
+func (s *settings) noRetries() *atomic.Bool {
+	if !s.compat.FastClose {
+		return nil
+	}
+	return new(atomic.Bool)
+}
+
+// waitingRoom is the client's waiting room, with places for the queue's
+// batches (R71): rate-limit episodes last MaxRateLimitDuration at most
+// (R35), and without shared.Compat NoRetryAllowance retries are paced
+// (R63).
+func (s *settings) waitingRoom(places *capacity) *waitingRoom {
+	room := newWaitingRoom(s.MaxRateLimitDuration, places, s.backoff)
+	if s.compat.NoRetryAllowance {
+		room.unpace()
+	}
+	return room
+}
+
+// settler is the client's settler for the events of q, with the
+// registered callbacks.
+func (s *settings) settler(q *queue) *settler {
+	return newSettler(s.logger, s.onSuccess, s.onError, q, s.QueueCapacity)
+}
+
+// keepMessages reports whether an event keeps a copy of its message from
+// enqueue on, for OnSuccess (see settler.messages).
+func (s *settings) keepMessages() bool { return s.onSuccess != nil }
+
+// messageDefaults are the WithDefaultContext and WithDefaultProperties
+// values merged into every message.
+func (s *settings) messageDefaults() *defaults {
+	return newDefaults(s.defaultContext, s.defaultProperties)
+}
+
+// learnedLimits are the limits the client learns from the server's
+// refusals for the batches of q (R67, R68), without their ramp when it
+// is turned off.
+func (s *settings) learnedLimits(q *queue) *learnedLimits {
+	l := newLearnedLimits(q, s.bodyFrame())
+	if s.rampOff {
+		l.endRamp()
+	}
+	return l
+}
+
+// openDisk opens the disk buffer in durable mode (WithDiskBuffer) and
+// returns it with the number of events found there to replay; nil without
+// durable mode.
+func (s *settings) openDisk() (*durable, int, error) {
+	if s.disk == nil {
+		return nil, 0, nil
+	}
+	return openDurable(s.disk, s.logger)
+}
+
+// ownTransport is the transport of httpClient when the client built it,
+// whose idle connections Close closes; nil with WithHTTPClient's.
+func (s *settings) ownTransport(httpClient *http.Client) *http.Transport {
+	if s.CustomHTTPClient {
+		return nil
+	}
+	t, _ := httpClient.Transport.(*http.Transport)
+	return t
+}
+
+// tokenSource is the OAuth token source of the uploads (R50), whose
+// token requests go through httpClient and wait in room as batches do;
+// nil without OAuth.
+func (s *settings) tokenSource(httpClient *http.Client, room *waitingRoom) *tokenSource {
+	if s.oauth == nil {
+		return nil
+	}
+	return newTokenSource(s.oauth, httpClient, s.HTTPTimeout, s.backoff, s.logger, room)
+}
+
+// batchEndpoint is the batch API the uploads post to through httpClient:
+// the endpoint's /v1/batch, with the write key, which the logs never show
+// in any of its forms.
+func (s *settings) batchEndpoint(httpClient *http.Client) httpbatch.Config {
+	key := wire.AppendString(nil, s.writeKey)
+	return httpbatch.Config{
+		Client:    httpClient,
+		URL:       s.Endpoint + "/v1/batch",
+		WriteKey:  s.writeKey,
+		Secrets:   httpbatch.WriteKeyForms(s.writeKey, string(key[1:len(key)-1])),
+		UserAgent: LibraryName + "/" + Version,
+		Gzip:      s.Gzip,
+		Log:       s.logger,
+	}
+}
+
+// transport is a consumer's transport: its request sender on httpClient,
+// or the one a test installs.
+func (s *settings) transport(httpClient *http.Client) transport {
+	if s.newTransport != nil {
+		return s.newTransport()
+	}
+	return newSender(s.batchEndpoint(httpClient), s.frame(), s.logger)
 }
 
 // Upper bounds of the numeric options. New returns a *ConfigError naming

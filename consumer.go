@@ -32,6 +32,17 @@ type consumer struct {
 	search    int64             // the search for the body limit during which the attempt was sent (R67)
 }
 
+// newConsumer is an upload goroutine of c, not started, that makes its
+// attempts through t with policy's counted retries and reports each to
+// onAttempt (WithAttemptHook; nil without).
+func newConsumer(c *Client, t transport, policy retryPolicy, onAttempt func(AttemptInfo)) *consumer {
+	return &consumer{
+		q: c.q, room: c.room, transport: t, auth: c.auth, settle: c.settle,
+		policy: policy, log: c.log, interrupt: c.interrupt, retire: c.retire, onAttempt: onAttempt,
+		limits: c.limits, outage: c.outage,
+	}
+}
+
 func (w *consumer) run() {
 	w.timer = time.NewTimer(time.Hour)
 	w.timer.Stop()
@@ -63,7 +74,7 @@ func (w *consumer) nextBatch() *batch {
 			return t.b
 		}
 		if t.gate.shut() {
-			w.settle.stats.rateLimitWaits.Add(1)
+			w.settle.stats.countRateLimitWait()
 			if !w.sleepGate(t.gate) {
 				return nil
 			}
@@ -183,18 +194,15 @@ func (w *consumer) attempt(b *batch) {
 		return
 	}
 	if b.sendingRetry() {
-		w.settle.stats.retries.Add(1)
+		w.settle.stats.countRetry()
 	}
 	ctx, cancel := context.WithTimeout(w.interrupt, w.policy.httpTimeout) // R8
 	start := w.startAttempt()
 	r := w.transport.attempt(ctx, b, w.bearer)
 	cancel()
 	w.observe(b, start, r)
-	b.attempts++
-	w.settle.stats.requests.Add(1)
-	if b.isolation != nil {
-		b.isolation.requests.Add(1)
-	}
+	b.attempted()
+	w.settle.stats.countRequest()
 	now := time.Now()
 	if r.cause != nil && w.interrupt.Err() != nil {
 		w.settle.handBack(b, r.cause) // cancelled on the wire: the server may have it (R40)
@@ -225,7 +233,7 @@ func (w *consumer) attempt(b *batch) {
 	case outcomeFailed, outcomeTooLarge, outcomePoison: // one event, or a batch adapt did not take over
 		w.settle.failed(b, b.lastErr)
 	case outcomeRateLimited:
-		w.settle.stats.rateLimited.Add(1)
+		w.settle.stats.countRateLimited()
 		opened, expired, ok := w.room.rateLimited(now, r.delay, b) // R31, R32
 		if opened {
 			w.log.Debug("rate-limit episode started", zap.Int("status", r.status), durationField("retryAfter", r.delay)) // R51
@@ -273,14 +281,7 @@ func (w *consumer) retryLater(b *batch, now time.Time) {
 		return
 	}
 	k, healthy, line := w.room.failed(b, now) // R61: k restarts at every 2xx to anyone
-	d, custom := w.policy.compatDelay(b.retries)
-	switch {
-	case custom:
-	case healthy:
-		d = healthyWait() // R61: short while the server is healthy (R63)
-	default:
-		d = w.policy.delay(k)
-	}
+	d := w.policy.retryWait(b.retries, k, healthy)
 	b.scheduleRetry()
 	w.park(b, now.Add(d))
 	w.outage.write(line) // R51
@@ -357,20 +358,20 @@ func (w *consumer) readyToSend(b *batch) bool {
 	for {
 		mine, wait := w.trying, (chan struct{})(nil) // the turn claimed with b, if any
 		if mine == nil {
-			mine, wait = w.limits.try(w.limits.size(b, w.q.perEvent))
+			mine, wait = w.limits.try(w.limits.size(b))
 		}
 		if wait == nil {
 			w.trying = mine
 			w.search = w.limits.searches.Load()
 			w.fit(b)
-			if w.trying == nil && !w.limits.tried(w.limits.size(b, w.q.perEvent)) {
+			if w.trying == nil && !w.limits.tried(w.limits.size(b)) {
 				// A 413 came since try: b's size is untried now, and
 				// goes alone (R69). (A search is counted after its
 				// limit is stored, so when w.search is that search's,
 				// tried sees the limit.)
 				continue
 			}
-			if w.trying != nil && w.limits.tried(w.limits.size(b, w.q.perEvent)) {
+			if w.trying != nil && w.limits.tried(w.limits.size(b)) {
 				w.endTry() // what is left of b is of a size the server took: others need not wait
 			}
 			return true
@@ -403,35 +404,29 @@ func (w *consumer) adapt(b *batch, r attemptResult, now time.Time) bool {
 		return false
 	}
 	size := r.plainSize // the body as encoded, before gzip
-	estimate := w.limits.size(b, w.q.perEvent)
+	estimate := w.limits.size(b)
+	tooMany := b.countTooMany(r.outcome == outcomeTooMany)
 	switch {
 	case r.outcome == outcomeDelivered:
-		b.tooMany = 0
 		w.limits.accepted(size, estimate, len(b.events))
 	case r.outcome == outcomeTooLarge && len(b.events) > 1:
-		b.tooMany = 0
 		w.limits.refusedSize(size, estimate, len(b.events), w.search)
 		w.log.Debug("batch answered 413: sending it again in pieces of the size being tried", // R51
 			zap.Int("events", len(b.events)), zap.Int("bodyBytes", w.limits.bodyLimit()))
 		// Instead of R3's halves, the batch waits, whole and due at once,
 		// to be cut at the size the search tries next when it may be sent
 		// (readyToSend).
-		b.rateLimited, b.retryPending, b.cut = false, false, false
+		b.waitWhole()
 		w.park(b, now)
 		return true
 	case r.outcome == outcomeTooLarge:
-		b.tooMany = 0
 		w.limits.refusedOne(estimate) // a single event: it fails (R3)
 	case r.outcome == outcomePoison && len(b.events) > 1:
-		b.tooMany = 0
 		return w.isolate(b, now)
 	case r.outcome == outcomeTooMany:
-		b.tooMany++
-		if b.tooMany >= 2 && len(b.events) > 1 && w.limits.tooManyForServer(len(b.events)) {
+		if tooMany >= 2 && len(b.events) > 1 && w.limits.tooManyForServer(len(b.events)) {
 			return w.splitTooMany(b, now)
 		}
-	default:
-		b.tooMany = 0
 	}
 	return false
 }

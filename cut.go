@@ -8,7 +8,7 @@ import (
 
 // How a consumer cuts a batch (docs/delivery.md R3, R66–R68). Every cut
 // keeps the events in order and carries the batch's attempts and budgets
-// on to both pieces (cutAt):
+// on to both pieces (cutAt, batch.go):
 //
 //   - before sending, a batch over a learned limit (learned.go) is cut down
 //     to it, and the rest waits its turn (fit);
@@ -24,11 +24,11 @@ import (
 // consumer that may send a body of an untried size (readyToSend), so the piece
 // it sends is the size the search tries next.
 func (w *consumer) fit(b *batch) {
-	for w.limits.tooLarge(b, w.q.perEvent) {
+	for w.limits.tooLarge(b) {
 		now := time.Now()
-		k := w.limits.fitting(b, w.q.perEvent)
+		k := w.limits.fitting(b)
 		if b.attempts > 0 {
-			w.settle.stats.recuts.Add(1)
+			w.settle.stats.countRecut()
 		}
 		w.log.Debug("batch over the learned limit: sending it in pieces", zap.Int("events", len(b.events)), zap.Int("first", k))
 		_, rest := cutAt(b, k)
@@ -42,14 +42,14 @@ func (w *consumer) fit(b *batch) {
 // while the budget of the first refused batch lasts. Without budget the
 // batch fails whole, as it would have without this rule.
 func (w *consumer) isolate(b *batch, now time.Time) bool {
-	if b.isolation == nil {
-		b.isolation = newIsolation(b)
+	started, ok := b.takeIsolation()
+	if started {
 		w.log.Debug("batch answered 400: halving it until the events at fault are alone", zap.Int("events", len(b.events)))
 	}
-	if !b.isolation.take() {
+	if !ok {
 		return false
 	}
-	w.settle.stats.isolations.Add(1)
+	w.settle.stats.countIsolation()
 	w.splitAndPark(b, now, now)
 	return true
 }
@@ -66,56 +66,14 @@ func (w *consumer) splitTooMany(b *batch, now time.Time) bool {
 	w.limits.refusedCount(len(b.events))
 	_, _, line := w.room.failed(b, now) // a counted failure, for the server's health (R60, R61)
 	first := b.retries
-	b.retries++
-	b.retryPending = true
-	b.rateLimited = false
+	b.scheduleRetry()
 	if !b.cut { // one line per refused batch, not one per piece (R51)
 		w.log.Debug("batch answered 429 twice without Retry-After: sending it again as two halves",
 			zap.Int("events", len(b.events)))
 	}
-	w.splitAndPark(b, now.Add(w.firstDelay(first)), now.Add(w.firstDelay(first)))
+	w.splitAndPark(b, now.Add(w.policy.firstDelay(first)), now.Add(w.policy.firstDelay(first)))
 	w.outage.write(line) // R51
 	return true
-}
-
-// firstDelay is the wait of a half after a split on repeated 429s (R68):
-// the first counted delay (R26's d_1, its own jitter each call), or what
-// the compatibility configuration sets for retry number retries.
-func (w *consumer) firstDelay(retries int) time.Duration {
-	if d, custom := w.policy.compatDelay(retries); custom {
-		return d
-	}
-	return w.policy.delay(1)
-}
-
-// halve cuts b into two batches, the first half (len/2 events) staying in
-// b; same events in the same order. The second carries on everything b
-// carries: attempts (X-Retry-Count, R7), counted retries, first counted
-// failure, failure streak (R61), flags, the last answer and the isolation
-// budget.
-// A split after an answer marks b cut first (R3, R66, R68); a cut before
-// sending (fit) does not, so its halves are cut again if still too large.
-func halve(b *batch) (first, second *batch) {
-	return cutAt(b, len(b.events)/2)
-}
-
-// cutAt cuts b into b.events[:mid], staying in b, and the rest, carried on
-// as halve says.
-func cutAt(b *batch, mid int) (first, second *batch) {
-	if b.isolation != nil {
-		b.isolation.mu.Lock()
-		b.isolation.pieces++
-		b.isolation.mu.Unlock()
-	}
-	second = newBatch(len(b.events) - mid)
-	second.events = append(second.events, b.events[mid:]...)
-	clear(b.events[mid:])
-	b.events = b.events[:mid]
-	b.bytes = eventBytes(b.events)
-	events := second.events
-	*second = *b
-	second.events, second.bytes = events, eventBytes(events)
-	return b, second
 }
 
 // splitAndPark halves b, refused as a whole (R3, R66, R68), marks it cut

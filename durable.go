@@ -4,6 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/relaykit/analytics-go/internal/diskbuf"
 )
 
 // Durable mode (WithDiskBuffer) keeps every accepted event in an on-disk
@@ -106,6 +110,37 @@ type diskSettings struct {
 	errs         []error
 	syncObserver func() // tests: called after each sync
 	noMmap       bool   // tests: the portable writer on Linux too
+}
+
+// newDiskSettings are the settings of a disk buffer in dir: the defaults,
+// then opts in order. It returns them with the errors of invalid options,
+// in order, and of a DiskLimit below two segments.
+func newDiskSettings(dir string, opts []DiskOption) (*diskSettings, []error) {
+	d := &diskSettings{dir: dir, interval: DefaultFsyncInterval, limit: DefaultDiskLimit, segment: DefaultSegmentSize}
+	var errs []error
+	for _, o := range opts {
+		if o == nil {
+			errs = append(errs, invalid("DiskOption", nil, "must not be nil"))
+			continue
+		}
+		o.applyDisk(d)
+	}
+	if d.limit < 2*d.segment {
+		d.errs = append(d.errs, invalid("DiskBuffer.DiskLimit", d.limit, "must be at least twice the segment size"))
+	}
+	return d, append(errs, d.errs...)
+}
+
+// logOptions are the options of the disk log: its segment size and limit
+// in bytes, and its warnings and errors logged to logger.
+func (d *diskSettings) logOptions(logger *zap.Logger) diskbuf.Options {
+	return diskbuf.Options{
+		SegmentBytes: d.segment,
+		MaxBytes:     d.limit,
+		NoMmap:       d.noMmap,
+		Logf:         func(format string, args ...any) { logger.Warn(fmt.Sprintf(format, args...)) },
+		Errorf:       func(format string, args ...any) { logger.Error(fmt.Sprintf(format, args...)) },
+	}
 }
 
 // WithFsync sets the fsync policy (default FsyncInterval). An unknown

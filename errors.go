@@ -212,6 +212,13 @@ type DeliveryError struct {
 }
 
 // Error describes reason, attempts and the last error.
+// handBackError is the error every handed-back event gets (R38): last is
+// the last error of its batch (or the cancellation of the attempt in
+// flight, R40), attempts the attempts made.
+func handBackError(last error, attempts int) *DeliveryError {
+	return &DeliveryError{Reason: ErrShutdownInterrupted, Last: last, Attempts: attempts}
+}
+
 func (e *DeliveryError) Error() string {
 	s := fmt.Sprintf("%s after %d attempt(s)", e.Reason.Error(), e.Attempts)
 	if e.Last != nil {

@@ -36,6 +36,10 @@ type health struct {
 	seen      int       // how many bits of recent hold an answer (at most recentAnswers)
 }
 
+// newHealth is the health of a server that has not answered yet: no
+// answer seen, and the whole retry allowance (R63).
+func newHealth() health { return health{tokens: allowanceBurst} }
+
 // recentAnswers is how many of the latest answers decide whether the server
 // is healthy (R63).
 const recentAnswers = 16
@@ -155,6 +159,24 @@ type outageLine struct {
 	failures int64         // started: failures among the recent answers; going on: since the last line; ended: in the whole run
 	recent   int           // started: the recent answers they are among
 	lasted   time.Duration // since the run's first counted failure
+}
+
+// failingNow reports whether the server is failing and the latest answer
+// of all (h) was a counted failure, with that failure's error.
+func (o *outage) failingNow(h *health) (bool, error) {
+	if o.on && h.lastFailed() {
+		return true, o.lastErr
+	}
+	return false, nil
+}
+
+// nextChange is a channel closed at the next counted failure or usable
+// Retry-After (poke).
+func (o *outage) nextChange() <-chan struct{} {
+	if o.changed == nil {
+		o.changed = make(chan struct{})
+	}
+	return o.changed
 }
 
 // poke wakes whoever watches changed.

@@ -59,6 +59,7 @@ const (
 type learnedLimits struct {
 	q        *queue
 	frame    int // wire.Frame.Size: what a body adds around its events; batches close at the learned body limit less this (R67)
+	perEvent int // what a body adds to each event (the per-event sentAt, R59)
 	flushAt  int // the configured FlushAt
 	maxBytes int // the configured byte budget of a batch's events (R45)
 	ramp     int // the ramp's first size: rampStart
@@ -86,7 +87,7 @@ type learnedLimits struct {
 // newLearnedLimits starts with nothing learned; frame is the wire.Frame.Size of
 // the client's bodies.
 func newLearnedLimits(q *queue, frame int) *learnedLimits {
-	l := &learnedLimits{q: q, frame: frame, flushAt: q.flushAt, maxBytes: q.maxBytes, ramp: rampStart}
+	l := &learnedLimits{q: q, frame: frame, flushAt: q.flushAt, maxBytes: q.maxBytes, perEvent: q.perEvent, ramp: rampStart}
 	l.mu.Lock()
 	l.applyLocked() // the ramp's first size
 	l.mu.Unlock()
@@ -109,8 +110,8 @@ func (l *learnedLimits) eventLimit() int { return int(l.events.Load()) }
 
 // size is how large b's body can be: its events, what the body adds to
 // each (R59) and the most the frame adds. It is known before b is encoded.
-func (l *learnedLimits) size(b *batch, perEvent int) int {
-	return b.inBody(perEvent) + l.frame
+func (l *learnedLimits) size(b *batch) int {
+	return b.inBody(l.perEvent) + l.frame
 }
 
 // raise sets a to v if v is larger.
@@ -406,7 +407,7 @@ func (l *learnedLimits) applyLocked() {
 // a split is not, unless its body is over the size batches close at (a
 // half of a batch sent before a 413 lowered it): it would be refused (R3,
 // R66, R68).
-func (l *learnedLimits) tooLarge(b *batch, perEvent int) bool {
+func (l *learnedLimits) tooLarge(b *batch) bool {
 	if len(b.events) < 2 {
 		return false
 	}
@@ -414,21 +415,21 @@ func (l *learnedLimits) tooLarge(b *batch, perEvent int) bool {
 		return true
 	}
 	body := l.closeAt()
-	return body > 0 && l.size(b, perEvent) > body
+	return body > 0 && l.size(b) > body
 }
 
 // fitting is where b, over a learned limit, is cut before it is sent
 // (R67, R68): after the most events whose body fits the body limit, at
 // least one; in halves when only the event limit binds (the first half is
 // looked at again).
-func (l *learnedLimits) fitting(b *batch, perEvent int) int {
+func (l *learnedLimits) fitting(b *batch) int {
 	body := l.closeAt()
-	if body == 0 || l.size(b, perEvent) <= body {
+	if body == 0 || l.size(b) <= body {
 		return max(len(b.events)/2, 1)
 	}
 	room, k := body-l.frame, 0 // room for the events, their commas and what the body adds to each
 	for used := -1; k < len(b.events); k++ {
-		used += weight(b.events[k].data, perEvent)
+		used += weight(b.events[k].data, l.perEvent)
 		if used > room {
 			break
 		}

@@ -238,18 +238,22 @@ type tokenSource struct {
 	stopped chan struct{}
 }
 
-func newTokenSource(o *oauthSettings, upload *http.Client, s *settings, room *waitingRoom) *tokenSource {
+// newTokenSource is the token source of o: its requests go through o's
+// http.Client, or upload without one, each bounded by timeout; failed
+// requests are retried after policy's delays, and batches waiting for a
+// token wait in room.
+func newTokenSource(o *oauthSettings, upload *http.Client, timeout time.Duration, policy backoffPolicy, log *zap.Logger, room *waitingRoom) *tokenSource {
 	client := o.httpClient
 	if client == nil {
 		client = upload
 	}
 	req := &httpbatch.TokenConfig{
-		Client: client, Timeout: s.HTTPTimeout, URL: o.tokenURL, Audience: o.audience,
+		Client: client, Timeout: timeout, URL: o.tokenURL, Audience: o.audience,
 		ClientID: o.clientID, KeyID: o.keyID, Key: o.key, Scope: o.scope,
-		UserAgent: LibraryName + "/" + Version, Log: s.logger,
+		UserAgent: LibraryName + "/" + Version, Log: log,
 	}
 	return &tokenSource{
-		req: req, timeout: s.HTTPTimeout, policy: s.backoff, log: s.logger, room: room,
+		req: req, timeout: timeout, policy: policy, log: log, room: room,
 		wake: make(chan struct{}, 1), stopped: make(chan struct{}),
 	}
 }

@@ -51,7 +51,7 @@ func newWaitingRoom(limit time.Duration, places *capacity, backoff backoffPolicy
 	release, releaseMax := backoff.firstWait()
 	return &waitingRoom{
 		limit: limit, places: places, ready: make(chan struct{}, 1), opened: make(chan struct{}),
-		health:  health{tokens: allowanceBurst},
+		health:  newHealth(),
 		release: release, releaseMax: releaseMax,
 	}
 }
@@ -109,7 +109,7 @@ func (r *waitingRoom) succeeded(now time.Time) (line outageLine) {
 	}
 	late := make([]int, 0, len(r.waiting))
 	for i, w := range r.waiting {
-		if w.b.countedRetry() && !w.b.awaitToken && w.due.After(horizon) {
+		if w.b.countedRetry() && !awaitsToken(w.b) && w.due.After(horizon) {
 			late = append(late, i)
 		}
 	}
@@ -460,17 +460,13 @@ func (r *waitingRoom) backlog(now time.Time) (batches, events int, next time.Dur
 func (r *waitingRoom) notAnswering(deadline time.Time) (yes bool, changed <-chan struct{}, last error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	o := &r.outage
-	if o.on && r.health.lastFailed() {
-		return true, nil, o.lastErr
+	if failing, last := r.outage.failingNow(&r.health); failing {
+		return true, nil, last
 	}
 	if !r.deadline.IsZero() && !deadline.IsZero() && !r.deadline.Before(deadline) {
 		return true, nil, nil
 	}
-	if o.changed == nil {
-		o.changed = make(chan struct{})
-	}
-	return false, o.changed, nil
+	return false, r.outage.nextChange(), nil
 }
 
 // answerProbeLocked ends the probe, if one is out (R64): whoever waits for

@@ -645,7 +645,7 @@ func TestGateClosedAfterTakeSendsNothing(t *testing.T) {
 		q := newQueue(places, 1, batchEventBytes, time.Second)
 		room := newWaitingRoom(time.Hour, places, defaultBackoffPolicy())
 		w := &consumer{
-			q: q, room: room, transport: newSender(&s, newHTTPClient(&s)),
+			q: q, room: room, transport: s.transport(s.uploadClient()),
 			settle: &settler{log: zap.NewNop(), q: q},
 			policy: retryPolicy{maxRetries: 1, maxBackoffTotal: time.Hour, delay: defaultBackoffPolicy().delay, httpTimeout: time.Second},
 			log:    zap.NewNop(), interrupt: context.Background(),

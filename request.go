@@ -2,7 +2,6 @@ package analytics
 
 import (
 	"context"
-	"net/http"
 	"time"
 
 	"github.com/relaykit/analytics-go/internal/httpbatch"
@@ -89,27 +88,11 @@ type sender struct {
 	log   *zap.Logger // for the warning about an invalid Retry-After
 }
 
-func newSender(s *settings, client *http.Client) *sender {
-	key := wire.AppendString(nil, s.writeKey)
-	return &sender{
-		http: httpbatch.New(httpbatch.Config{
-			Client:    client,
-			URL:       s.Endpoint + "/v1/batch",
-			WriteKey:  s.writeKey,
-			Secrets:   httpbatch.WriteKeyForms(s.writeKey, string(key[1:len(key)-1])),
-			UserAgent: LibraryName + "/" + Version,
-			Gzip:      s.Gzip,
-			Log:       s.logger,
-		}),
-		frame: wire.NewFrame(s.writeKey, s.compat.BodyFields, s.EventSentAt),
-		log:   s.logger,
-	}
+// newSender is a transport that posts batches to the endpoint of cfg, each
+// body the events within frame; log gets its warnings.
+func newSender(cfg httpbatch.Config, frame wire.Frame, log *zap.Logger) *sender {
+	return &sender{http: httpbatch.New(cfg), frame: frame, log: log}
 }
-
-// newHTTPClient is the http.Client of the client's uploads (and, by
-// default, of its token requests): WithHTTPClient's or its own, with the
-// redirect policy of internal/httpbatch.
-func newHTTPClient(s *settings) *http.Client { return httpbatch.NewClient(s.httpClient, s.Consumers) }
 
 // attempt sends b through httpbatch and maps its verdict (fromHTTP).
 func (s *sender) attempt(ctx context.Context, b *batch, bearer string) attemptResult {

@@ -34,13 +34,11 @@ type retryPolicy struct {
 // b's first counted failure (R28, D15). That failure is now if b has none
 // yet.
 func (p retryPolicy) spent(b *batch, now time.Time) error {
-	if b.firstFailure.IsZero() {
-		b.firstFailure = now
-	}
+	failing := b.failingFor(now)
 	if b.retries >= p.maxRetries {
 		return ErrRetriesExhausted
 	}
-	if now.Sub(b.firstFailure) >= p.maxBackoffTotal {
+	if failing >= p.maxBackoffTotal {
 		return ErrBackoffDurationExceeded
 	}
 	return nil
@@ -53,6 +51,30 @@ func (p retryPolicy) compatDelay(k int) (d time.Duration, ok bool) {
 		return 0, false
 	}
 	return min(max(p.retryDelay(k), 0), p.maxBackoffTotal), true
+}
+
+// retryWait is the wait of a batch before its counted retry after the
+// k-th counted failure in a row of the server (R61): what the
+// compatibility configuration sets for retry number retries, the short
+// wait d_h while the server is healthy (R61, R63), or else d_k (R26).
+func (p retryPolicy) retryWait(retries, k int, healthy bool) time.Duration {
+	if d, custom := p.compatDelay(retries); custom {
+		return d
+	}
+	if healthy {
+		return healthyWait()
+	}
+	return p.delay(k)
+}
+
+// firstDelay is the wait of a half after a split on repeated 429s (R68):
+// the first counted delay (R26's d_1, its own jitter each call), or what
+// the compatibility configuration sets for retry number retries.
+func (p retryPolicy) firstDelay(retries int) time.Duration {
+	if d, custom := p.compatDelay(retries); custom {
+		return d
+	}
+	return p.delay(1)
 }
 
 // retriesEnded reports whether retries have ended: Close began on a

@@ -74,7 +74,7 @@ func (s *settler) inCallbacks() (success, failure int64) {
 // after.
 
 func (s *settler) delivered(b *batch) {
-	s.stats.batches.Add(1)
+	s.stats.countBatch()
 	s.batch(b, nil)
 }
 
@@ -83,11 +83,7 @@ func (s *settler) failed(b *batch, err error) { s.batch(b, err) }
 // handBack returns a batch at shutdown (R38): waiting, assembled, or
 // cancelled in flight (then cause is the cancellation, R40).
 func (s *settler) handBack(b *batch, cause error) {
-	last := b.lastErr
-	if cause != nil {
-		last = cause
-	}
-	s.batch(b, s.handBackError(last, b.attempts))
+	s.batch(b, b.handBackError(cause))
 }
 
 // batch settles b's events with err. A piece of a batch being isolated
@@ -100,11 +96,6 @@ func (s *settler) batch(b *batch, err error) {
 		iso.report(s.log)
 	}
 	recycle(b)
-}
-
-// handBackError is the error every handed-back event gets (R38).
-func (s *settler) handBackError(last error, attempts int) *DeliveryError {
-	return &DeliveryError{Reason: ErrShutdownInterrupted, Last: last, Attempts: attempts}
 }
 
 // rateLimitExceeded fails batches whose rate-limit episode ran out (R35).
@@ -137,17 +128,17 @@ func (s *settler) settle(evs []event, err error, logFailure bool) {
 	handedBack := errors.Is(err, ErrShutdownInterrupted)
 	switch {
 	case err == nil:
-		s.stats.delivered.Add(n)
+		s.stats.countDelivered(n)
 		if s.onSuccess != nil {
 			s.callback(&s.inSuccess, n, func() { s.onSuccess(s.messages(evs)) })
 		}
 	case handedBack:
-		s.stats.handedBack.Add(n)
+		s.stats.countHandedBack(n)
 		if s.onError != nil && !s.keep.Load() {
 			s.callback(&s.inError, n, func() { s.onError(err, s.messages(evs)) })
 		}
 	default:
-		s.stats.failed.Add(n)
+		s.stats.countFailed(n)
 		if logFailure {
 			s.log.Error("events not delivered", zap.Int64("events", n), zap.Error(err))
 		}
@@ -184,13 +175,10 @@ func (s *settler) callback(running *atomic.Int64, n int64, f func()) {
 func (s *settler) messages(evs []event) []Message {
 	msgs := make([]Message, 0, len(evs))
 	for i := range evs {
-		m := evs[i].msg
-		if m == nil {
-			var err error
-			if m, err = rebuildMessage(evs[i].data); err != nil {
-				s.log.Error("cannot rebuild an event's message for a callback", zap.Error(err))
-				continue
-			}
+		m, err := evs[i].message()
+		if err != nil {
+			s.log.Error("cannot rebuild an event's message for a callback", zap.Error(err))
+			continue
 		}
 		msgs = append(msgs, m)
 	}
@@ -239,23 +227,6 @@ func (s *settler) reportDrops(final bool) {
 	if now == s.dropsSeen || (!final && !s.dropLast.IsZero() && time.Since(s.dropLast) < dropReportInterval) {
 		return
 	}
-	seen := s.dropsSeen
-	d := rejections{now.queueFull - seen.queueFull, now.invalid - seen.invalid, now.tooLarge - seen.tooLarge,
-		now.closed - seen.closed, now.disk - seen.disk}
-	fields := []zap.Field{zap.Int64("events", d.queueFull+d.invalid+d.tooLarge+d.closed+d.disk)}
-	add := func(key string, n int64) {
-		if n > 0 {
-			fields = append(fields, zap.Int64(key, n))
-		}
-	}
-	add("queueFull", d.queueFull)
-	if d.queueFull > 0 {
-		fields = append(fields, zap.Int("queueCapacity", s.capacity))
-	}
-	add("invalid", d.invalid)
-	add("tooLarge", d.tooLarge)
-	add("closed", d.closed)
-	add("disk", d.disk)
-	s.log.Warn("enqueue calls rejected; their events will not be sent", fields...)
+	s.log.Warn("enqueue calls rejected; their events will not be sent", now.since(s.dropsSeen).logFields(s.capacity)...)
 	s.dropsSeen, s.dropLast = now, time.Now()
 }

@@ -77,13 +77,7 @@ func (d *durable) addStats(st *Stats, open bool) {
 // openDurable opens d.dir and returns the buffer and the number of events
 // an earlier client left there (read back later: see startReader).
 func openDurable(d *diskSettings, logger *zap.Logger) (*durable, int, error) {
-	dl, n, err := diskbuf.OpenLog(d.dir, diskbuf.Options{
-		SegmentBytes: d.segment,
-		MaxBytes:     d.limit,
-		NoMmap:       d.noMmap,
-		Logf:         func(format string, args ...any) { logger.Warn(fmt.Sprintf(format, args...)) },
-		Errorf:       func(format string, args ...any) { logger.Error(fmt.Sprintf(format, args...)) },
-	})
+	dl, n, err := diskbuf.OpenLog(d.dir, d.logOptions(logger))
 	if errors.Is(err, diskbuf.ErrLocked) {
 		return nil, 0, fmt.Errorf("%w: %s", ErrDiskBufferLocked, d.dir)
 	}
@@ -414,7 +408,7 @@ func (d *durable) loadSome(q *queue) bool {
 		// without a callback, as no message can be rebuilt from them.
 		lost = int(min(int64(lost), d.onDisk-int64(len(recs))))
 		d.lost.Add(int64(lost))
-		d.stats.failed.Add(int64(lost))
+		d.stats.countFailed(int64(lost))
 	}
 	i := int64(0)
 	d.takeRunsLocked(int64(len(recs)+lost), func(epoch uint64, k int64) {
@@ -436,7 +430,7 @@ func (d *durable) loadSome(q *queue) bool {
 		d.takeRunsLocked(k, func(epoch uint64, k int64) { gone = append(gone, epochRun{epoch, k}) })
 		d.log.Error("disk buffer: events could not be read back from disk; they are lost", zap.Int64("events", k))
 		d.lost.Add(k)
-		d.stats.failed.Add(k)
+		d.stats.countFailed(k)
 	}
 	d.mu.Unlock()
 	q.dischargeRuns(gone)
@@ -472,7 +466,7 @@ func (d *durable) stopReader() int64 {
 		if lost := min(int64(d.diskLog.Reader().Unreadable()), d.onDisk); lost > 0 {
 			d.takeRunsLocked(lost, func(epoch uint64, k int64) { gone = append(gone, epochRun{epoch, k}) })
 			d.lost.Add(lost)
-			d.stats.failed.Add(lost)
+			d.stats.countFailed(lost)
 		}
 	}
 	n, runs := d.onDisk, d.runs
@@ -481,7 +475,7 @@ func (d *durable) stopReader() int64 {
 	d.q.dischargeRuns(gone)
 	d.onDiskNow.Store(n) // what Close left on disk
 	if n > 0 {
-		d.stats.handedBack.Add(n) // Close logs one line for every hand-back
+		d.stats.countHandedBack(n) // Close logs one line for every hand-back
 		d.q.dischargeRuns(runs)
 	}
 	return n

@@ -3,6 +3,8 @@ package analytics
 import (
 	"errors"
 	"sync/atomic"
+
+	"go.uber.org/zap"
 )
 
 // Stats are cumulative counters of a Client, in events unless named
@@ -136,4 +138,61 @@ func (s *counters) rejections() rejections {
 		closed:    s.rejectedClosed.Load(),
 		disk:      s.rejectedDisk.Load(),
 	}
+}
+
+// countBatch counts a batch delivered (Stats.Batches).
+func (s *counters) countBatch() { s.batches.Add(1) }
+
+// countDelivered counts n events delivered (Stats.Delivered).
+func (s *counters) countDelivered(n int64) { s.delivered.Add(n) }
+
+// countFailed counts n events failed (Stats.Failed).
+func (s *counters) countFailed(n int64) { s.failed.Add(n) }
+
+// countHandedBack counts n events handed back at shutdown (Stats.HandedBack).
+func (s *counters) countHandedBack(n int64) { s.handedBack.Add(n) }
+
+// countRetry counts a counted retry about to be sent (Stats.Retries).
+func (s *counters) countRetry() { s.retries.Add(1) }
+
+// countRequest counts an HTTP attempt made (Stats.Requests).
+func (s *counters) countRequest() { s.requests.Add(1) }
+
+// countRateLimited counts a response with a usable Retry-After.
+func (s *counters) countRateLimited() { s.rateLimited.Add(1) }
+
+// countRateLimitWait counts a consumer's wait at the closed rate-limit gate.
+func (s *counters) countRateLimitWait() { s.rateLimitWaits.Add(1) }
+
+// countIsolation counts a batch answered 400 and sent again as two halves.
+func (s *counters) countIsolation() { s.isolations.Add(1) }
+
+// countRecut counts a cut of an attempted batch before it is sent again.
+func (s *counters) countRecut() { s.recuts.Add(1) }
+
+// since is what was rejected after seen, by reason.
+func (r rejections) since(seen rejections) rejections {
+	return rejections{r.queueFull - seen.queueFull, r.invalid - seen.invalid, r.tooLarge - seen.tooLarge,
+		r.closed - seen.closed, r.disk - seen.disk}
+}
+
+// logFields are the fields of the warning about these rejections: their
+// total, and a count for every reason with any; capacity is QueueCapacity,
+// named when the queue was full.
+func (r rejections) logFields(capacity int) []zap.Field {
+	fields := []zap.Field{zap.Int64("events", r.queueFull+r.invalid+r.tooLarge+r.closed+r.disk)}
+	add := func(key string, n int64) {
+		if n > 0 {
+			fields = append(fields, zap.Int64(key, n))
+		}
+	}
+	add("queueFull", r.queueFull)
+	if r.queueFull > 0 {
+		fields = append(fields, zap.Int("queueCapacity", capacity))
+	}
+	add("invalid", r.invalid)
+	add("tooLarge", r.tooLarge)
+	add("closed", r.closed)
+	add("disk", r.disk)
+	return fields
 }
