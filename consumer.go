@@ -84,7 +84,9 @@ func (w *consumer) nextBatch() *batch {
 		}
 		mine, answer := w.limits.claim() // the turn of an untried size (R69)
 		if answer != nil {
-			if !w.sleepUntil(answer) {
+			// Only new batches wait for that answer: one in the waiting
+			// room goes when it is due (R26, R61).
+			if !w.sleepUntil(answer, t.wait) {
 				return nil
 			}
 			continue
@@ -108,10 +110,18 @@ func (w *consumer) nextBatch() *batch {
 	}
 }
 
-// sleepUntil waits for answer, a due batch in the waiting room, retire or
-// shutdown; it reports false when the consumer must stop.
-func (w *consumer) sleepUntil(answer chan struct{}) bool {
+// sleepUntil waits for answer, a batch put in the waiting room, d (until
+// the next one there is due; d < 0: none waits), retire or shutdown; it
+// reports false when the consumer must stop.
+func (w *consumer) sleepUntil(answer chan struct{}, d time.Duration) bool {
+	var due <-chan time.Time
+	if d >= 0 {
+		w.timer.Reset(d)
+		defer w.timer.Stop()
+		due = w.timer.C
+	}
 	select {
+	case <-due:
 	case <-answer:
 	case <-w.room.ready:
 	case <-w.retire:

@@ -236,6 +236,50 @@ func TestUntriedSizeGoesAlone(t *testing.T) {
 	})
 }
 
+// R69, R26: while a body of an untried size is on the wire, the other
+// consumers take no new batch, but a counted retry of a known size goes
+// when it is due, not at that body's answer. Here a small event is
+// answered 500 while a 3 KB one (above any accepted, so alone) is held
+// for 5 s: the retry leaves within R26's longest first wait.
+func TestRetryDoesNotWaitForUntriedSize(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		script := func(_ int, r seen) reply {
+			switch {
+			case len(r.body) > 2<<10:
+				return reply{status: 200, hold: 5 * time.Second}
+			case r.retryCount() == "":
+				return reply{status: 500, hold: 100 * time.Millisecond}
+			}
+			return reply{status: 200}
+		}
+		api := newFakeAPI(script)
+		cb := &callbacks{}
+		c := newTestClient(t, api, cb, withRamp{}, WithFlushAt(1), WithConsumers(2))
+		defer stop(c)
+		mustTrack(t, c, "small")
+		synctest.Wait() // on the wire
+		big := track("big")
+		big.Properties["pad"] = strings.Repeat("p", 3000)
+		require.NoError(t, c.Track(big))
+		require.NoError(t, flush(t, c, time.Minute))
+		var first, retry seen
+		for _, r := range api.requests() {
+			if len(r.ids) == 1 && r.ids[0] == "small" {
+				if r.retryCount() == "" {
+					first = r
+				} else if retry.at.IsZero() {
+					retry = r
+				}
+			}
+		}
+		require.False(t, retry.at.IsZero(), "no retry of the small event")
+		assert.LessOrEqual(t, retry.at.Sub(first.done), 550*time.Millisecond,
+			"the retry waited for the untried body's answer")
+		assert.Len(t, cb.delivered(), 2)
+		require.NoError(t, closeClient(t, c, time.Second))
+	})
+}
+
 // perRequestLimit answers 429 without Retry-After to a batch of more than
 // max events, as a gateway that counts events against a rate limit does
 // when the batch alone is over it.

@@ -218,14 +218,29 @@ func simCheck(run *simRun) []simViolation {
 		}
 		return n
 	}
-	largestBefore := func(before time.Time) int { // answered strictly before
-		n := untriedFloor
+	// mayBeUntried reports whether b's body may have been of an untried
+	// size when it went out (R69): as the client reckons it, with the
+	// longest sentAt, larger than every body answered 2xx before (each
+	// reckoned at least at its size as sent) and, before any 413, than
+	// untriedFloor.
+	mayBeUntried := func(b simAttempt) bool {
+		reckoned := b.size + simSentAtSlack
+		if sc.EventSentAt {
+			reckoned += simSentAtSlack * len(b.ids)
+		}
+		n, refused := 0, false
 		for _, a := range atts {
-			if a.class() == clsOK && a.final.done.Before(before) {
-				n = max(n, a.size+64*len(a.ids))
+			if a.final.done.Before(b.at) {
+				if a.class() == clsOK {
+					n = max(n, a.size)
+				}
+				refused = refused || a.final.status == 413
 			}
 		}
-		return n
+		if !refused {
+			n = max(n, untriedFloor)
+		}
+		return reckoned > n
 	}
 	endOf := func(a simAttempt) time.Time {
 		if a.final.end.After(a.final.done) {
@@ -346,7 +361,10 @@ func simCheck(run *simRun) []simViolation {
 	// R67: after a 413 on a body of B bytes, no batch made of events
 	// accepted after that answer has a body of B bytes or more, whether
 	// the refused body held one event or several. (This and the next check
-	// belong to the smalllimit class.)
+	// belong to the smalllimit class.) Sizes are compared as the client
+	// reckons them, with the longest sentAt: a refused body whose sentAt
+	// was written shorter (a round instant; each event's too with
+	// WithEventSentAt) counts up to that many bytes more than it weighed.
 	for ai, a := range atts {
 		if !run.faults[faultSmallLimit] {
 			break
@@ -354,8 +372,12 @@ func simCheck(run *simRun) []simViolation {
 		if a.final.status != 413 || len(a.ids) < 1 {
 			continue
 		}
+		reckoned := a.size + simSentAtSlack
+		if sc.EventSentAt {
+			reckoned += simSentAtSlack * len(a.ids)
+		}
 		for bi, b := range atts {
-			if b.header.Get("X-Retry-Count") != "" || len(b.ids) < 2 || b.size < a.size || !b.at.After(a.final.done) {
+			if b.header.Get("X-Retry-Count") != "" || len(b.ids) < 2 || b.size < reckoned || !b.at.After(a.final.done) {
 				continue
 			}
 			after := true
@@ -366,7 +388,7 @@ func simCheck(run *simRun) []simViolation {
 				}
 			}
 			if after {
-				bad("R67", "attempt %d: a new batch of %d bytes after attempt %d's %d-byte body was answered 413", bi, b.size, ai, a.size)
+				bad("R67", "attempt %d: a new batch of %d bytes after attempt %d's %d-byte body (%d as reckoned at most) was answered 413", bi, b.size, ai, a.size, reckoned)
 				break
 			}
 		}
@@ -669,7 +691,7 @@ func simCheck(run *simRun) []simViolation {
 					busy++
 					// An untried size on the wire: other consumers may hold
 					// batches waiting for its end (R69).
-					turn = turn || b.size > largestBefore(b.at)
+					turn = turn || mayBeUntried(b)
 				}
 			}
 			// After a deadline, while the episode is open, the other
@@ -1048,3 +1070,8 @@ func simCheckDurable(run *simRun, accepted map[string]time.Time, outcomeAt func(
 	}
 	return vs
 }
+
+// simSentAtSlack is how much shorter a timestamp may be written than the
+// longest (R67's reckoning): "2006-01-02T15:04:05Z" against
+// "2006-01-02T15:04:05.999999999Z".
+const simSentAtSlack = len(".999999999")

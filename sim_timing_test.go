@@ -445,8 +445,10 @@ func (t *simTiming) rateLimits(outs map[string][]simOutcome) {
 		n := t.nextOf(a, outs)
 		// R35: the episode ends MaxRateLimitDuration after its start. (An
 		// episode that had run out by t ended at a consumer's look at the
-		// gate, or ends at t: a new one may begin at t.)
-		if !late.Add(limit).After(tA) {
+		// gate, or ends at t: a new one may begin at t. It may have begun
+		// as early as early, when the answers of that instant were taken
+		// in with the Retry-After last.)
+		if !early.Add(limit).After(tA) {
 			late = tA
 		}
 		if end := late.Add(limit); !ended && a.final.raUntil.After(end.Add(time.Second+simTolerance)) && before(end.Add(simTolerance)) &&
@@ -499,7 +501,10 @@ func (t *simTiming) rateLimits(outs map[string][]simOutcome) {
 		}
 		p := after[0]
 		for _, b := range after[1:] {
-			if b.at.Before(p.final.done) && !otherAnswer(d.Add(-simTolerance), b.at) { // (an answer that ends the episode opens the gate for all, R34)
+			// (An answer that ends the episode opens the gate for all, R34;
+			// so does the episode's running out, R35, which it may have
+			// done from early on.)
+			if b.at.Before(p.final.done) && !otherAnswer(d.Add(-simTolerance), b.at) && b.at.Before(early.Add(limit)) {
 				t.bad("R64", "attempts %d and %d went out at +%v and +%v after the deadline +%v, before the first one's answer (+%v)",
 					p.idx, b.idx, p.at.Sub(t.run.start), b.at.Sub(t.run.start), d.Sub(t.run.start), p.final.done.Sub(t.run.start))
 				break
