@@ -50,6 +50,11 @@ var (
 // simRegression holds scenarios that once failed, as printed; they run on
 // every CI run, whatever -sim.faults says.
 var simRegression = []string{
+	// Two 429s without Retry-After (a slow body's status) taught the
+	// client an event limit of one (R68); the queue then closed a batch of
+	// one event before its interval, as R68 says, and the R46 checker
+	// took it for an early close (seeds 74466, 3683, 87576).
+	`{"seed":74466,"consumers":1,"flushAt":2,"flushIntervalMs":60000,"queueCapacity":30000,"httpTimeoutMs":300,"maxRetries":-1,"maxBackoffMs":-1,"maxRateLimitMs":-1,"closeTimeoutMs":10000,"onSuccess":true,"producers":[{"startMs":0,"count":3,"gapMs":0,"burst":1,"size":10,"gen":true}],"answers":[{"k":"reset","w":30},{"k":"slow","w":30}],"closeAtMs":3750,"close":{"ctx":"done","ms":1}}`,
 	// Close(1 ms) while a slow OnError reported a 400: Close returns
 	// "shutdown interrupted: 0 event(s) handed back; OnError did not
 	// return" (R39 says so since; it once said nil, which no code did).

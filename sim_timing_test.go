@@ -557,7 +557,8 @@ func (t *simTiming) messageIDs(outs map[string][]simOutcome) {
 // earlyBatches checks R46 the other way round: a batch of fewer than
 // FlushAt events does not close before FlushInterval has passed since its
 // first event, unless a Flush or Close asked for it, its bytes filled it
-// (R45, R67's ramp), or the client may have held QueueCapacity events. Worlds with
+// (R45, R67's ramp), or the client may have held QueueCapacity events, or
+// it may have learned an event limit from 429s (R68). Worlds with
 // learned limits (R67, R68) and durable mode (R70) cut and read back
 // batches by other rules and are left out.
 func (t *simTiming) earlyBatches(accepted map[string]time.Time) {
@@ -586,8 +587,22 @@ func (t *simTiming) earlyBatches(accepted map[string]time.Time) {
 		}
 		return n
 	}
+	// A 429 without a usable Retry-After may be the first of the two in a
+	// row that teach the client an event limit (R68), after which batches
+	// close at that many events: from its answer on, a small batch is no
+	// sign of an early close. (Any world may answer so: a slow body's
+	// status is drawn too.)
+	var eventLimitFrom time.Time
+	for _, a := range t.atts {
+		if a.final.status == 429 && !a.final.raUsable && (eventLimitFrom.IsZero() || a.at.Before(eventLimitFrom)) {
+			eventLimitFrom = a.at
+		}
+	}
 	for ai, a := range t.atts {
 		if a.header.Get("X-Retry-Count") != "" || len(a.ids) >= sc.FlushAt || a.size > 400000 {
+			continue
+		}
+		if !eventLimitFrom.IsZero() && a.at.After(eventLimitFrom) {
 			continue
 		}
 		var first time.Time
