@@ -225,10 +225,6 @@ func eventBytes(evs []event) int {
 	return max(n-1, 0)
 }
 
-// inBody is what b's events take in a body: b.bytes and what the body
-// adds to each event (perEvent, R59).
-func (b *batch) inBody(perEvent int) int { return b.bytes + len(b.events)*perEvent }
-
 // isolation is the request budget of a batch being halved after a 400
 // (R66), shared by every piece of it, and what the pieces came to: the
 // logs say it in one line once every piece has its outcome (R51), not a

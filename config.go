@@ -537,12 +537,6 @@ func (s *settings) frame() wire.Frame {
 	return wire.NewFrame(s.writeKey, s.compat.BodyFields, s.EventSentAt)
 }
 
-// bodyFrame is the size of a request body without its events (frame).
-func (s *settings) bodyFrame() int {
-	frame := s.frame()
-	return frame.Size()
-}
-
 // uploadClient is the http.Client of the client's uploads (and, by
 // default, of its token requests): WithHTTPClient's or its own, with the
 // redirect policy of internal/httpbatch.
@@ -615,7 +609,7 @@ func (s *settings) messageDefaults() *defaults {
 // refusals for the batches of q (R67, R68), without their ramp when it
 // is turned off.
 func (s *settings) learnedLimits(q *queue) *learnedLimits {
-	l := newLearnedLimits(q, s.bodyFrame())
+	l := newLearnedLimits(q, s.frame())
 	if s.rampOff {
 		l.endRamp()
 	}

@@ -312,10 +312,3 @@ func window(k int) (time.Duration, time.Duration) {
 	}
 	return time.Duration(float64(d) * 0.9), time.Duration(float64(d) * 1.1)
 }
-
-// frameSize is the frame of the bodies of a client with this write key and
-// these shared.Compat BodyFields.
-func frameSize(writeKey string, bodyFields []byte) int {
-	f := wire.NewFrame(writeKey, bodyFields, false)
-	return f.Size()
-}

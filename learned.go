@@ -4,6 +4,8 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
+
+	"github.com/relaykit/analytics-go/internal/wire"
 )
 
 // What the client learns of a server's limits from its refusals
@@ -58,11 +60,12 @@ const (
 // queue's byte and event budgets when it learns something.
 type learnedLimits struct {
 	q        *queue
-	frame    int // wire.Frame.Size: what a body adds around its events; batches close at the learned body limit less this (R67)
-	perEvent int // what a body adds to each event (the per-event sentAt, R59)
-	flushAt  int // the configured FlushAt
-	maxBytes int // the configured byte budget of a batch's events (R45)
-	ramp     int // the ramp's first size: rampStart
+	bodies   wire.Frame // the client's body format: size is its BodySize
+	frame    int        // bodies.Size: what a body adds around its events; batches close at the learned body limit less this (R67)
+	perEvent int        // what a body adds to each event (the per-event sentAt, R59)
+	flushAt  int        // the configured FlushAt
+	maxBytes int        // the configured byte budget of a batch's events (R45)
+	ramp     int        // the ramp's first size: rampStart
 
 	mu            sync.Mutex
 	refusedBody   int  // smallest size (see size) answered 413 in this search; 0: none yet
@@ -84,10 +87,10 @@ type learnedLimits struct {
 	events atomic.Int64 // learned events per batch; 0: none (Stats.EventLimit)
 }
 
-// newLearnedLimits starts with nothing learned; frame is the wire.Frame.Size of
+// newLearnedLimits starts with nothing learned; bodies is the format of
 // the client's bodies.
-func newLearnedLimits(q *queue, frame int) *learnedLimits {
-	l := &learnedLimits{q: q, frame: frame, flushAt: q.flushAt, maxBytes: q.maxBytes, perEvent: q.perEvent, ramp: rampStart}
+func newLearnedLimits(q *queue, bodies wire.Frame) *learnedLimits {
+	l := &learnedLimits{q: q, bodies: bodies, frame: bodies.Size(), flushAt: q.flushAt, maxBytes: q.maxBytes, perEvent: q.perEvent, ramp: rampStart}
 	l.mu.Lock()
 	l.applyLocked() // the ramp's first size
 	l.mu.Unlock()
@@ -111,7 +114,7 @@ func (l *learnedLimits) eventLimit() int { return int(l.events.Load()) }
 // size is how large b's body can be: its events, what the body adds to
 // each (R59) and the most the frame adds. It is known before b is encoded.
 func (l *learnedLimits) size(b *batch) int {
-	return b.inBody(l.perEvent) + l.frame
+	return l.bodies.BodySize(b)
 }
 
 // raise sets a to v if v is larger.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/relaykit/analytics-go/internal/httpbatch"
+	"github.com/relaykit/analytics-go/internal/wire"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
@@ -649,7 +650,7 @@ func TestGateClosedAfterTakeSendsNothing(t *testing.T) {
 			settle: &settler{log: zap.NewNop(), q: q},
 			policy: retryPolicy{maxRetries: 1, maxBackoffTotal: time.Hour, delay: defaultBackoffPolicy().delay, httpTimeout: time.Second},
 			log:    zap.NewNop(), interrupt: context.Background(),
-			limits: newLearnedLimits(q, frameSize("wk", nil)),
+			limits: newLearnedLimits(q, wire.NewFrame("wk", nil, false)),
 		}
 		// Another consumer's 429 closed the gate for 2 s; its batch waits
 		// until then, "mine" (turned back below) is due at once.
