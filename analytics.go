@@ -53,7 +53,7 @@ var _ Tracker = (*Client)(nil)
 // reuse or change it after the call.
 //
 // Events flow one way: the queue (queue.go) → a consumer (consumer.go),
-// which cuts a batch to the limits the server taught (learned.go, cut.go)
+// which cuts a batch to the limits the server taught (learned.go)
 // and sends one attempt (request.go) → the verdict settles the batch
 // (settle.go) or puts it in the waiting room (ratelimit.go) until it may be
 // sent again; a waiting batch holds no consumer.
@@ -92,7 +92,7 @@ type Client struct {
 	consumers       sync.WaitGroup
 	ownTransport    *http.Transport // the transport New made, closed by Close; nil for WithHTTPClient
 	auth            *tokenSource    // WithOAuth's token goroutine; nil without OAuth
-	outage          *outageLog      // lines about a failing server (outage.go)
+	outage          *outageLog      // lines about a failing server (health.go)
 }
 
 // Lock order. These are all the mutexes of the package, and those of
@@ -100,7 +100,7 @@ type Client struct {
 // holding one of them takes only mutexes below it in this list, never one
 // above:
 //
-//  1. durable.mu (spill.go): an enqueue call's append and its
+//  1. durable.mu (durable.go): an enqueue call's append and its
 //     memory-or-disk decision, and the disk reader's hand-over. While it
 //     is held, the append takes diskbuf's Log.mu, and the push (or the
 //     reader's load) queue.mu.
@@ -257,7 +257,7 @@ func (c *Client) accept(ctx context.Context, wait bool, sc *scratch, withCopy Me
 		err = checkSize(sc.Enc.Bytes())
 	}
 	if err == nil && c.disk != nil {
-		err = c.disk.accept(ctx, wait, sc, withCopy, &c.closed) // spill.go
+		err = c.disk.accept(ctx, wait, sc, withCopy, &c.closed) // durable.go
 		putScratch(sc)
 		return err
 	}
@@ -446,7 +446,7 @@ func (c *Client) Close(ctx context.Context) error {
 		c.ownTransport.CloseIdleConnections() // no keep-alive goroutines outlive Close
 	}
 	if c.disk != nil {
-		c.disk.stopReader() // kept on disk, counted, no callback (spill.go)
+		c.disk.stopReader() // kept on disk, counted, no callback (durable.go)
 	}
 	rest := c.q.drain()
 	waiting := c.room.close() // handed back batch by batch: each keeps its Last and Attempts

@@ -2,14 +2,18 @@ package analytics
 
 import (
 	"math/bits"
+	"sync/atomic"
 	"time"
+
+	"go.uber.org/zap"
 )
 
 // The server's health as every consumer saw it (docs/delivery.md
 // R60–R63): the recent answers, the count of 2xx answers that restarts a
 // batch's failure streak, the retry allowance, and whether the server is
 // failing as the logs tell it (R51). It is kept in the waiting room and
-// guarded by its mutex (ratelimit.go); nothing here takes a lock.
+// guarded by its mutex (ratelimit.go); nothing here takes a lock but
+// outageLog, at the end, which writes the lines outside it.
 
 // The retry allowance (R63), a token bucket in the manner of gRPC's retry
 // throttling and the AWS SDKs' retry quota: a consumer takes a token when
@@ -247,4 +251,56 @@ func (o *outage) success(h *health, now time.Time, retrying func() bool) outageL
 	line := outageLine{kind: outageEnded, err: o.lastErr, failures: o.failures, lasted: now.Sub(o.since)}
 	o.failures, o.unreported, o.lastErr = 0, 0, nil
 	return line
+}
+
+// The lines about a failing server (R51) are decided above, in the waiting
+// room under its lock, and written here by the consumer that saw the
+// answer, outside the lock.
+
+// outageLog writes the lines about a failing server, with what is held:
+// events without an outcome, batches waiting in the room, events on disk
+// only (durable mode), and when the next attempt is due.
+type outageLog struct {
+	log    *zap.Logger
+	q      *queue
+	room   *waitingRoom
+	disk   *durable
+	stats  *counters
+	before atomic.Int64 // Stats.Delivered at the first warning of a run
+}
+
+func newOutageLog(log *zap.Logger, q *queue, room *waitingRoom, disk *durable, stats *counters) *outageLog {
+	return &outageLog{log: log, q: q, room: room, disk: disk, stats: stats}
+}
+
+// write writes l, if it says anything; o may be nil (no lines).
+func (o *outageLog) write(l outageLine) {
+	if l.kind == outageNone || o == nil {
+		return
+	}
+	now := time.Now()
+	batches, _, next := o.room.backlog(now)
+	fields := make([]zap.Field, 0, 8)
+	if l.err != nil {
+		fields = append(fields, zap.Error(l.err))
+	}
+	fields = append(fields, zap.Int("heldEvents", o.q.outstanding()), zap.Int("waitingBatches", batches))
+	if o.disk != nil {
+		fields = append(fields, zap.Int64("onDisk", o.disk.heldOnDisk()))
+	}
+	delivered := zap.Int64("deliveredEvents", o.stats.delivered.Load()-o.before.Load()) // since the first warning
+	switch l.kind {
+	case outageStarted:
+		o.before.Store(o.stats.delivered.Load())
+		fields = append(fields, zap.Int64("failedRequests", l.failures), zap.Int("ofRecent", l.recent),
+			zap.Duration("nextAttemptIn", next))
+		o.log.Warn("the server is failing: events are held and retried", fields...)
+	case outageGoingOn:
+		fields = append(fields, zap.Int64("failedRequests", l.failures), zap.Duration("failingFor", l.lasted),
+			delivered, zap.Duration("nextAttemptIn", next))
+		o.log.Warn("the server is still failing: events are held and retried", fields...)
+	case outageEnded:
+		fields = append(fields, zap.Int64("failedRequests", l.failures), zap.Duration("failedFor", l.lasted), delivered)
+		o.log.Info("the server is answering again", fields...)
+	}
 }

@@ -23,7 +23,7 @@ import (
 //     consumers wait for its answer before they send one (R69), so the
 //     consumers search the limit together, one size at a time.
 //
-// How a batch over these limits is cut is in cut.go.
+// How a batch over these limits is cut is in consumer.go.
 
 // The search for a body limit (R67). A 413 costs a request and its round
 // trip; a body smaller than the limit costs requests for the life of the
