@@ -109,7 +109,7 @@ func RequestToken(ctx context.Context, c *TokenConfig, now time.Time) Token {
 		"Accept":       {"application/json"},
 		"User-Agent":   {c.UserAgent},
 	}
-	resp, err := do(c.Client, req, c.Log) // a panic or a nil response is a transport error (guard.go)
+	resp, err := do(c.Client, req, c.Log) // a panic or a nil response is a transport error (do, in sender.go)
 	if err != nil {
 		return Token{Failure: &TokenFailure{Permanent: !transientError(err), Err: err}}
 	}
