@@ -154,7 +154,7 @@ func New(writeKey string, opts ...Option) (*Client, error) {
 	}
 	if c.disk != nil {
 		c.settle.keepOnDisk(c.disk) // hand-backs stay on disk, without a callback
-		q.onTake = c.disk.beforeBatch
+		q.onEachTake(c.disk.beforeBatch)
 		c.disk.startReader(q, places, &c.settle.stats, replay) // read back, before any new event, as memory allows
 	}
 	c.interrupt, c.cancelInterrupt = context.WithCancel(context.Background())

@@ -183,7 +183,7 @@ func (b *batch) failingFor(now time.Time) time.Duration {
 // budgetError is the error of b's events when a budget ends its retries
 // (R27, R28, R35): reason, with b's last error and attempts.
 func (b *batch) budgetError(reason error) *DeliveryError {
-	return &DeliveryError{Reason: reason, Last: b.lastErr, Attempts: b.attempts}
+	return deliveryError(reason, b.lastErr, b.attempts)
 }
 
 // awaitsToken picks the batches that wait for an OAuth token (R50).
@@ -214,6 +214,19 @@ func recycle(b *batch) {
 // one comma; the queue's byte count (R45), batch.bytes (with perEvent 0),
 // learnedLimits.size and fitting all count so.
 func weight(data []byte, perEvent int) int { return len(data) + 1 + perEvent }
+
+// within is how many of b's first events fit in room bytes of a body,
+// with their commas and perEvent bytes each (see weight).
+func (b *batch) within(room, perEvent int) int {
+	k := 0
+	for used := -1; k < len(b.events); k++ {
+		used += weight(b.events[k].data, perEvent)
+		if used > room {
+			break
+		}
+	}
+	return k
+}
 
 // eventBytes is what evs take in a body before the per-event extra: their
 // JSON and the commas between them (batch.bytes).

@@ -339,7 +339,7 @@ func WithSlog(l *slog.Logger) Option {
 			s.errs = append(s.errs, invalid("Logger", l, "must not be nil"))
 			return
 		}
-		s.logger = zap.New(&slogCore{h: l.Handler()})
+		s.logger = slogLogger(l.Handler())
 	})
 }
 
@@ -434,6 +434,60 @@ func WithDiskBuffer(dir string, opts ...DiskOption) Option {
 		s.errs = append(s.errs, errs...)
 		s.disk = d
 	})
+}
+
+// WithOAuth makes every upload carry an OAuth 2.0 access token
+// ("Authorization: Bearer <token>") instead of the write key's Basic
+// credentials (R50). The write key still goes in the body. Default: off.
+//
+// New validates c: an empty ClientID or KeyID, a PrivateKey that is not an
+// RSA private key in PEM form, or an AuthServer that is not an absolute
+// http or https URL make New return a *ConfigError whose Field names the
+// setting ("OAuth.ClientID", "OAuth.KeyID", "OAuth.PrivateKey",
+// "OAuth.AuthServer"). New starts one goroutine that fetches a token at
+// once and refreshes it when half its lifetime has passed; Close stops it.
+//
+// Batches wait, holding no consumer, while no token is available. A token
+// request that fails transiently (a 5xx, a 429, which is waited out as its
+// Retry-After or X-RateLimit-Reset header says, or a transport error) is
+// retried with backoff meanwhile; Close interrupts that wait like any other
+// and hands the batches back. A token request that fails for good (400,
+// 401, 403 or 415 from the auth server, such as invalid_client) fails the
+// waiting batches through OnError with an *OAuthError (matching ErrOAuth)
+// that says what to check; the token source tries again a minute later.
+// A 400, 401, 403 or 511 from the tracking API drops the token; a 511 is
+// then retried as a counted retry with a fresh token, the others fail as
+// usual. Neither the private key nor a token is ever logged or put in an
+// error.
+func WithOAuth(c OAuthConfig) Option {
+	return optionFunc(func(s *settings) {
+		o, err := newOAuthSettings(c)
+		if err != nil {
+			s.errs = append(s.errs, err)
+			return
+		}
+		s.oauth = o
+	})
+}
+
+// WithEventSentAt also puts "sentAt" on every event of a request body
+// (default false). Its value is the body's own sentAt: the instant of that
+// attempt, new on every retry (R4, R59). Turn it on for servers that keep
+// only the body's batch array and read sentAt from each event, such as
+// RudderStack; Segment's tracking API reads the batch-level sentAt and
+// needs no per-event copy. It costs up to 42 bytes of JSON per event and
+// per attempt; the batch size limit (MaxBatchBytes) accounts for them, so
+// a batch closes a little earlier when the option is on.
+//
+// The option only stores sentAt; it corrects no clock skew. Every event
+// carries timestamp (the caller's, or the instant of the enqueue call) and
+// no originalTimestamp, as Segment's server libraries send; Segment and
+// RudderStack both keep such a timestamp as sent and apply their
+// correction receivedAt − (sentAt − originalTimestamp) only to events sent
+// with originalTimestamp instead. The stored time is therefore the clock
+// of the host that called Track (docs/delivery.md R59, D29).
+func WithEventSentAt(enabled bool) Option {
+	return optionFunc(func(s *settings) { s.EventSentAt = enabled })
 }
 
 // checkDefaults encodes m once, so that a value that is not JSON fails New
@@ -609,7 +663,8 @@ func (s *settings) messageDefaults() *defaults {
 // refusals for the batches of q (R67, R68), without their ramp when it
 // is turned off.
 func (s *settings) learnedLimits(q *queue) *learnedLimits {
-	l := newLearnedLimits(q, s.frame())
+	o := s.queueOptions()
+	l := newLearnedLimits(q, s.frame(), o.flushAt, o.maxBytes, o.perEvent)
 	if s.rampOff {
 		l.endRamp()
 	}

@@ -67,17 +67,17 @@ func (w *consumer) nextBatch() *batch {
 			return nil
 		}
 		now := time.Now()
-		t := w.room.takeTurn(now, w.probe)
-		w.settle.rateLimitExceeded(t.gate.expired)
-		if t.gate.probe != nil {
-			w.probe = t.gate.probe
+		due, wait, gate := w.room.takeTurn(now, w.probe)
+		w.settle.rateLimitExceeded(gate.expired)
+		if gate.probe != nil {
+			w.probe = gate.probe
 		}
-		if t.b != nil {
-			return t.b
+		if due != nil {
+			return due
 		}
-		if t.gate.shut() {
+		if gate.shut() {
 			w.settle.stats.countRateLimitWait()
-			if !w.sleepGate(t.gate) {
+			if !w.sleepGate(gate) {
 				return nil
 			}
 			continue
@@ -86,7 +86,7 @@ func (w *consumer) nextBatch() *batch {
 		if answer != nil {
 			// Only new batches wait for that answer: one in the waiting
 			// room goes when it is due (R26, R61).
-			if !w.sleepUntil(answer, t.wait) {
+			if !w.sleepUntil(answer, wait) {
 				return nil
 			}
 			continue
@@ -100,7 +100,6 @@ func (w *consumer) nextBatch() *batch {
 			w.limits.done(mine)
 		}
 		w.endProbe() // nothing to probe with: the gate opens for everyone
-		wait := t.wait
 		if open >= 0 && (wait < 0 || open < wait) {
 			wait = open
 		}
@@ -299,15 +298,15 @@ func (w *consumer) authorize(b *batch) bool {
 		return true
 	}
 	now := time.Now()
-	header, due, failure := w.auth.token(now)
+	header, due, failed := w.auth.token(now)
 	if header != "" {
 		b.awaitToken = false
 		w.bearer = header
 		return true
 	}
-	if failure != nil && failure.Permanent {
+	if failed != nil {
 		b.awaitToken = false
-		w.settle.failed(b, failure)
+		w.settle.failed(b, failed)
 		return false
 	}
 	b.awaitToken = true
@@ -317,7 +316,7 @@ func (w *consumer) authorize(b *batch) bool {
 	}
 	// The token may have arrived between the look above and the wait, its
 	// wake-up finding no batch: look again, so b does not sleep until due.
-	if header, _, failure := w.auth.token(time.Now()); header != "" || (failure != nil && failure.Permanent) {
+	if header, _, failed := w.auth.token(time.Now()); header != "" || failed != nil {
 		w.room.reschedule(time.Now(), awaitsToken)
 	}
 	return false
@@ -344,7 +343,7 @@ func (w *consumer) observe(b *batch, start time.Time, r attemptResult) {
 	if w.onAttempt == nil {
 		return
 	}
-	info := AttemptInfo{Events: len(b.events), Bytes: r.sent, Retry: b.attempts,
+	info := AttemptInfo{Events: b.Len(), Bytes: r.sent, Retry: b.attempts,
 		Duration: time.Since(start), Err: r.cause, Status: r.status}
 	defer guard.Contain(w.log, userHook, nil)
 	w.onAttempt(info)
@@ -410,11 +409,11 @@ func (w *consumer) adapt(b *batch, r attemptResult, now time.Time) bool {
 	tooMany := b.countTooMany(r.outcome == outcomeTooMany)
 	switch {
 	case r.outcome == outcomeDelivered:
-		w.limits.accepted(size, estimate, len(b.events))
-	case r.outcome == outcomeTooLarge && len(b.events) > 1:
-		w.limits.refusedSize(size, estimate, len(b.events), w.search)
+		w.limits.accepted(size, estimate, b.Len())
+	case r.outcome == outcomeTooLarge && b.Len() > 1:
+		w.limits.refusedSize(size, estimate, b.Len(), w.search)
 		w.log.Debug("batch answered 413: sending it again in pieces of the size being tried", // R51
-			zap.Int("events", len(b.events)), zap.Int("bodyBytes", w.limits.bodyLimit()))
+			zap.Int("events", b.Len()), zap.Int("bodyBytes", w.limits.bodyLimit()))
 		// Instead of R3's halves, the batch waits, whole and due at once,
 		// to be cut at the size the search tries next when it may be sent
 		// (readyToSend).
@@ -423,10 +422,10 @@ func (w *consumer) adapt(b *batch, r attemptResult, now time.Time) bool {
 		return true
 	case r.outcome == outcomeTooLarge:
 		w.limits.refusedOne(estimate) // a single event: it fails (R3)
-	case r.outcome == outcomePoison && len(b.events) > 1:
+	case r.outcome == outcomePoison && b.Len() > 1:
 		return w.isolate(b, now)
 	case r.outcome == outcomeTooMany:
-		if tooMany >= 2 && len(b.events) > 1 && w.limits.tooManyForServer(len(b.events)) {
+		if tooMany >= 2 && b.Len() > 1 && w.limits.tooManyForServer(b.Len()) {
 			return w.splitTooMany(b, now)
 		}
 	}
@@ -480,7 +479,7 @@ func (w *consumer) fit(b *batch) {
 		if b.attempts > 0 {
 			w.settle.stats.countRecut()
 		}
-		w.log.Debug("batch over the learned limit: sending it in pieces", zap.Int("events", len(b.events)), zap.Int("first", k))
+		w.log.Debug("batch over the learned limit: sending it in pieces", zap.Int("events", b.Len()), zap.Int("first", k))
 		_, rest := cutAt(b, k)
 		w.park(rest, now)
 	}
@@ -494,7 +493,7 @@ func (w *consumer) fit(b *batch) {
 func (w *consumer) isolate(b *batch, now time.Time) bool {
 	started, ok := b.takeIsolation()
 	if started {
-		w.log.Debug("batch answered 400: halving it until the events at fault are alone", zap.Int("events", len(b.events)))
+		w.log.Debug("batch answered 400: halving it until the events at fault are alone", zap.Int("events", b.Len()))
 	}
 	if !ok {
 		return false
@@ -513,13 +512,13 @@ func (w *consumer) splitTooMany(b *batch, now time.Time) bool {
 	if w.policy.spent(b, now) != nil {
 		return false // retryLater fails it with the budget's reason
 	}
-	w.limits.refusedCount(len(b.events))
+	w.limits.refusedCount(b.Len())
 	_, _, line := w.room.failed(b, now) // a counted failure, for the server's health (R60, R61)
 	first := b.retries
 	b.scheduleRetry()
 	if !b.cut { // one line per refused batch, not one per piece (R51)
 		w.log.Debug("batch answered 429 twice without Retry-After: sending it again as two halves",
-			zap.Int("events", len(b.events)))
+			zap.Int("events", b.Len()))
 	}
 	w.splitAndPark(b, now.Add(w.policy.firstDelay(first)), now.Add(w.policy.firstDelay(first)))
 	w.outage.write(line) // R51

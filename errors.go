@@ -65,6 +65,12 @@ type MessageError struct {
 	Err    error // underlying encoding error, if any
 }
 
+// invalidMessage is the error of an enqueue call whose message of type typ
+// ("" when there is none) is refused for field and reason.
+func invalidMessage(typ, field, reason string) *MessageError {
+	return &MessageError{Type: typ, Field: field, Reason: reason}
+}
+
 // Error describes the type, field, reason and key path, e.g. "analytics:
 // invalid track message: Event is required", "analytics: invalid track
 // message: Properties cannot be encoded: properties.revenue: unsupported
@@ -211,14 +217,40 @@ type DeliveryError struct {
 	Attempts int
 }
 
-// Error describes reason, attempts and the last error.
+// httpAttemptError is the public error of an HTTP attempt that did not
+// deliver: a *TransportError when no response came, an *HTTPError for any
+// other answer; nil when it delivered.
+func httpAttemptError(r httpbatch.Result) error {
+	switch {
+	case r.Err != nil:
+		return &TransportError{Err: r.Err, Retryable: r.Outcome != httpbatch.Failed}
+	case r.Outcome != httpbatch.Delivered:
+		kind := KindNonRetryable
+		if r.Redirect {
+			kind = KindRedirect
+		} else if r.Outcome.Retried() {
+			kind = KindRetryable
+		}
+		return &HTTPError{StatusCode: r.Status, Kind: kind, Message: r.Message, Location: r.Location}
+	}
+	return nil
+}
+
 // handBackError is the error every handed-back event gets (R38): last is
 // the last error of its batch (or the cancellation of the attempt in
 // flight, R40), attempts the attempts made.
 func handBackError(last error, attempts int) *DeliveryError {
-	return &DeliveryError{Reason: ErrShutdownInterrupted, Last: last, Attempts: attempts}
+	return deliveryError(ErrShutdownInterrupted, last, attempts)
 }
 
+// deliveryError is the error of events whose batch ended for reason (a
+// budget, R27, R28, R35, or Close, R38) after attempts attempts, the last
+// of which failed with last.
+func deliveryError(reason, last error, attempts int) *DeliveryError {
+	return &DeliveryError{Reason: reason, Last: last, Attempts: attempts}
+}
+
+// Error describes reason, attempts and the last error.
 func (e *DeliveryError) Error() string {
 	s := fmt.Sprintf("%s after %d attempt(s)", e.Reason.Error(), e.Attempts)
 	if e.Last != nil {

@@ -88,9 +88,11 @@ type learnedLimits struct {
 }
 
 // newLearnedLimits starts with nothing learned; bodies is the format of
-// the client's bodies.
-func newLearnedLimits(q *queue, bodies wire.Frame) *learnedLimits {
-	l := &learnedLimits{q: q, bodies: bodies, frame: bodies.Size(), flushAt: q.flushAt, maxBytes: q.maxBytes, perEvent: q.perEvent, ramp: rampStart}
+// the client's bodies, and q's batches close at flushAt events or maxBytes
+// of events with perEvent bytes each (its queueOptions) until a limit is
+// learned.
+func newLearnedLimits(q *queue, bodies wire.Frame, flushAt, maxBytes, perEvent int) *learnedLimits {
+	l := &learnedLimits{q: q, bodies: bodies, frame: bodies.Size(), flushAt: flushAt, maxBytes: maxBytes, perEvent: perEvent, ramp: rampStart}
 	l.mu.Lock()
 	l.applyLocked() // the ramp's first size
 	l.mu.Unlock()
@@ -411,10 +413,10 @@ func (l *learnedLimits) applyLocked() {
 // half of a batch sent before a 413 lowered it): it would be refused (R3,
 // R66, R68).
 func (l *learnedLimits) tooLarge(b *batch) bool {
-	if len(b.events) < 2 {
+	if b.Len() < 2 {
 		return false
 	}
-	if n := l.eventLimit(); n > 0 && len(b.events) > n && !b.cut {
+	if n := l.eventLimit(); n > 0 && b.Len() > n && !b.cut {
 		return true
 	}
 	body := l.closeAt()
@@ -428,14 +430,7 @@ func (l *learnedLimits) tooLarge(b *batch) bool {
 func (l *learnedLimits) fitting(b *batch) int {
 	body := l.closeAt()
 	if body == 0 || l.size(b) <= body {
-		return max(len(b.events)/2, 1)
+		return max(b.Len()/2, 1)
 	}
-	room, k := body-l.frame, 0 // room for the events, their commas and what the body adds to each
-	for used := -1; k < len(b.events); k++ {
-		used += weight(b.events[k].data, l.perEvent)
-		if used > room {
-			break
-		}
-	}
-	return max(k, 1)
+	return max(b.within(body-l.frame, l.perEvent), 1) // room for the events, their commas and what the body adds to each
 }

@@ -131,7 +131,7 @@ func notAMessage(m Message) error {
 	typ := ""
 	switch m.(type) {
 	case nil:
-		return &MessageError{Field: "Message", Reason: "is nil " + pass}
+		return invalidMessage("", "Message", "is nil "+pass)
 	case *Track:
 		typ = "track"
 	case *Identify:
@@ -146,21 +146,21 @@ func notAMessage(m Message) error {
 		typ = "alias"
 	}
 	if typ != "" {
-		return &MessageError{Type: typ, Field: "Message", Reason: "is a nil pointer " + pass}
+		return invalidMessage(typ, "Message", "is a nil pointer "+pass)
 	}
 	// reflect.TypeOf, unlike fmt, does not make m (and the caller's maps)
 	// escape: enqueue stays free of allocations.
-	return &MessageError{Field: "Message", Reason: "has type " + reflect.TypeOf(m).String() + " " + pass}
+	return invalidMessage("", "Message", "has type "+reflect.TypeOf(m).String()+" "+pass)
 }
 
 func missing(typ, field string) error {
-	return &MessageError{Type: typ, Field: field, Reason: "is required"}
+	return invalidMessage(typ, field, "is required")
 }
 
 // blank is the error of a required id given only as white space or
 // invisible characters (R65).
 func blank(typ, field string) error {
-	return &MessageError{Type: typ, Field: field, Reason: "is required (only white space or invisible characters given)"}
+	return invalidMessage(typ, field, "is required (only white space or invisible characters given)")
 }
 
 // requireIdentity checks that the event has a userId or an anonymousId; an

@@ -70,40 +70,6 @@ func (c OAuthConfig) String() string {
 // GoString is String, so %#v does not print the private key either.
 func (c OAuthConfig) GoString() string { return c.String() }
 
-// WithOAuth makes every upload carry an OAuth 2.0 access token
-// ("Authorization: Bearer <token>") instead of the write key's Basic
-// credentials (R50). The write key still goes in the body. Default: off.
-//
-// New validates c: an empty ClientID or KeyID, a PrivateKey that is not an
-// RSA private key in PEM form, or an AuthServer that is not an absolute
-// http or https URL make New return a *ConfigError whose Field names the
-// setting ("OAuth.ClientID", "OAuth.KeyID", "OAuth.PrivateKey",
-// "OAuth.AuthServer"). New starts one goroutine that fetches a token at
-// once and refreshes it when half its lifetime has passed; Close stops it.
-//
-// Batches wait, holding no consumer, while no token is available. A token
-// request that fails transiently (a 5xx, a 429, which is waited out as its
-// Retry-After or X-RateLimit-Reset header says, or a transport error) is
-// retried with backoff meanwhile; Close interrupts that wait like any other
-// and hands the batches back. A token request that fails for good (400,
-// 401, 403 or 415 from the auth server, such as invalid_client) fails the
-// waiting batches through OnError with an *OAuthError (matching ErrOAuth)
-// that says what to check; the token source tries again a minute later.
-// A 400, 401, 403 or 511 from the tracking API drops the token; a 511 is
-// then retried as a counted retry with a fresh token, the others fail as
-// usual. Neither the private key nor a token is ever logged or put in an
-// error.
-func WithOAuth(c OAuthConfig) Option {
-	return optionFunc(func(s *settings) {
-		o, err := newOAuthSettings(c)
-		if err != nil {
-			s.errs = append(s.errs, err)
-			return
-		}
-		s.oauth = o
-	})
-}
-
 // ErrOAuth matches every *OAuthError: no access token could be had.
 var ErrOAuth = errors.New("analytics: oauth token unavailable")
 
@@ -277,9 +243,10 @@ func (t *tokenSource) stop() {
 
 // token returns the header for the next attempt. Without one it returns
 // "" and when to look again (a safety net: waiting batches are woken as
-// soon as a token arrives), or the failure that keeps a token away; a
-// permanent failure means the batch must fail with it.
-func (t *tokenSource) token(now time.Time) (header string, due time.Time, failure *OAuthError) {
+// soon as a token arrives), and failed when the token source failed for
+// good: the batch must fail with it. A transient failure is retried by the
+// token source; the batch waits meanwhile.
+func (t *tokenSource) token(now time.Time) (header string, due time.Time, failed *OAuthError) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.header != "" && now.Before(t.expires) {
@@ -289,7 +256,10 @@ func (t *tokenSource) token(now time.Time) (header string, due time.Time, failur
 		t.next = now // an expired token with no refresh planned: fetch now
 		signal(t.wake)
 	}
-	return "", later(t.next, now).Add(t.timeout), t.failure
+	if t.failure != nil && t.failure.Permanent {
+		failed = t.failure
+	}
+	return "", later(t.next, now).Add(t.timeout), failed
 }
 
 // invalidate drops header if it is still the cached token: the tracking

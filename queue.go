@@ -80,6 +80,10 @@ func newQueueWith(o queueOptions) (*queue, *capacity) {
 	return q, places
 }
 
+// onEachTake has f run whenever a batch is taken, after q.mu is released
+// (durable mode: durable.beforeBatch). Call it before the queue is shared.
+func (q *queue) onEachTake(f func()) { q.onTake = f }
+
 const maxInt = int(^uint(0) >> 1)
 
 func signal(ch chan struct{}) {

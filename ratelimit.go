@@ -173,7 +173,7 @@ func (r *waitingRoom) putLocked(b *batch, due time.Time) bool {
 	}
 	r.seq++
 	heap.Push(&r.waiting, waiter{b: b, due: due, seq: r.seq})
-	if b.retryPending && due.After(r.latest) {
+	if b.countedRetry() && due.After(r.latest) {
 		r.latest = due
 	}
 	r.places.holdBatch(b) // never refused, but counted (R44)
@@ -307,51 +307,41 @@ func (r *waitingRoom) endProbe(probe chan struct{}) {
 	r.mu.Unlock()
 }
 
-// turn is what a free consumer gets from the waiting room.
-type turn struct {
-	b    *batch        // the batch to send, nil if none is due
-	wait time.Duration // with b nil: how long until one is due or the gate opens; -1: none waits
-	gate gateState
-}
-
 // takeTurn passes the gate and takes the batch that has been due longest
-// (R47). With the gate shut it returns the gate; otherwise, with nothing
-// due, how long until the next batch is due, or -1 when none waits. A
-// counted retry also needs a token of the retry allowance (R63); without
-// one it stays, and wait says when the token comes.
-func (r *waitingRoom) takeTurn(now time.Time, held chan struct{}) (t turn) {
+// (R47). With the gate shut it returns the gate g; otherwise, with nothing
+// due (b nil), wait is how long until the next batch is due, or -1 when
+// none waits. A counted retry also needs a token of the retry allowance
+// (R63); without one it stays, and wait says when the token comes.
+func (r *waitingRoom) takeTurn(now time.Time, held chan struct{}) (b *batch, wait time.Duration, g gateState) {
 	r.mu.Lock()
-	t.gate = r.gateLocked(now, held)
-	if t.gate.shut() {
+	g = r.gateLocked(now, held)
+	if g.shut() {
 		r.mu.Unlock()
-		return t
+		return nil, 0, g
 	}
 	if len(r.waiting) == 0 {
 		r.mu.Unlock()
-		t.wait = -1
-		return t
+		return nil, -1, g
 	}
 	first := r.waiting[0]
 	if now.Before(first.due) {
 		r.mu.Unlock()
-		t.wait = first.due.Sub(now)
-		return t
+		return nil, first.due.Sub(now), g
 	}
 	if first.b.countedRetry() && !r.unpaced {
 		if wait := r.health.takeToken(now); wait > 0 {
 			r.mu.Unlock()
-			t.wait = wait
-			return t
+			return nil, wait, g
 		}
 	}
-	t.b = heap.Pop(&r.waiting).(waiter).b
+	b = heap.Pop(&r.waiting).(waiter).b
 	more := len(r.waiting) > 0
 	r.mu.Unlock()
-	r.places.releaseBatches(t.b)
+	r.places.releaseBatches(b)
 	if more {
 		signal(r.ready) // another consumer takes or times the next one
 	}
-	return t
+	return b, 0, g
 }
 
 // close empties the room for the final hand-back at Close and gives the
@@ -440,7 +430,7 @@ func (r *waitingRoom) backlog(now time.Time) (batches, events int, next time.Dur
 	next = -1
 	for _, w := range r.waiting {
 		batches++
-		events += len(w.b.events)
+		events += w.b.Len()
 	}
 	if len(r.waiting) > 0 {
 		next = max(r.waiting[0].due.Sub(now), 0)

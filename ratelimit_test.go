@@ -67,17 +67,17 @@ func TestWaitingRoomEpisodeAndDeadline(t *testing.T) {
 	assert.Equal(t, 5*time.Second, r.gate(t0, nil).wait)
 	assert.Equal(t, int64(2), places.held.Load(), "waiting events count against capacity")
 	// Nothing is taken while the gate is closed.
-	tn := r.takeTurn(t0.Add(4*time.Second), nil)
+	tn := takeTurn(r, t0.Add(4*time.Second), nil)
 	assert.Nil(t, tn.b)
 	assert.True(t, tn.gate.shut())
 	// A 2xx from an in-flight request ends the episode, not the deadline.
 	assert.True(t, r.endEpisode())
 	assert.Equal(t, 2*time.Second, r.gate(t0.Add(3*time.Second), nil).wait)
 	// Served: cleared; both batches are due, oldest due first.
-	tn = r.takeTurn(t0.Add(5*time.Second), nil)
+	tn = takeTurn(r, t0.Add(5*time.Second), nil)
 	require.NotNil(t, tn.b)
 	assert.False(t, tn.gate.shut())
-	tn = r.takeTurn(t0.Add(5*time.Second), nil)
+	tn = takeTurn(r, t0.Add(5*time.Second), nil)
 	require.NotNil(t, tn.b)
 	assert.Zero(t, places.held.Load())
 	assert.False(t, r.gate(t0.Add(5*time.Second), nil).shut())
@@ -95,7 +95,7 @@ func TestWaitingRoomEpisodeAndDeadline(t *testing.T) {
 	assert.False(t, g.shut())
 	assert.Len(t, g.expired, 2)
 	assert.NotContains(t, g.expired, backingOff)
-	tn = r.takeTurn(t0.Add(30*time.Second), nil)
+	tn = takeTurn(r, t0.Add(30*time.Second), nil)
 	assert.False(t, tn.gate.shut())
 	assert.Equal(t, 10*time.Second, tn.wait, "the backoff batch is due at its own time")
 	// Close empties the room and refuses later arrivals.
@@ -650,7 +650,7 @@ func TestGateClosedAfterTakeSendsNothing(t *testing.T) {
 			settle: &settler{log: zap.NewNop(), q: q},
 			policy: retryPolicy{maxRetries: 1, maxBackoffTotal: time.Hour, delay: defaultBackoffPolicy().delay, httpTimeout: time.Second},
 			log:    zap.NewNop(), interrupt: context.Background(),
-			limits: newLearnedLimits(q, wire.NewFrame("wk", nil, false)),
+			limits: newLearnedLimits(q, wire.NewFrame("wk", nil, false), 1, batchEventBytes, 0),
 		}
 		// Another consumer's 429 closed the gate for 2 s; its batch waits
 		// until then, "mine" (turned back below) is due at once.
@@ -666,7 +666,7 @@ func TestGateClosedAfterTakeSendsNothing(t *testing.T) {
 		w.attempt(b)
 		assert.Empty(t, api.requests(), "nothing is sent through a closed gate")
 		time.Sleep(2 * time.Second)
-		tn := room.takeTurn(time.Now(), nil)
+		tn := takeTurn(room, time.Now(), nil)
 		assert.False(t, tn.gate.shut())
 		require.NotNil(t, tn.b, "the batch waited in the room for the gate")
 		w.probe = tn.gate.probe
@@ -677,9 +677,21 @@ func TestGateClosedAfterTakeSendsNothing(t *testing.T) {
 		assert.Equal(t, 2*time.Second, reqs[0].at.Sub(start), "sent when the gate opened")
 		assert.Empty(t, reqs[0].header.Values("X-Retry-Count"), "the turned-back take was no attempt: this is the first")
 		assert.Zero(t, w.settle.stats.retries.Load(), "and no retry was counted")
-		tn = room.takeTurn(time.Now(), nil)
+		tn = takeTurn(room, time.Now(), nil)
 		require.NotNil(t, tn.b, "the other batch, due at the deadline too")
 		w.attempt(tn.b)
 		assert.Nil(t, q.mark(), "every event has its outcome")
 	})
+}
+
+// turn is what waitingRoom.takeTurn returns, as one value for the tests.
+type turn struct {
+	b    *batch
+	wait time.Duration
+	gate gateState
+}
+
+func takeTurn(r *waitingRoom, now time.Time, held chan struct{}) turn {
+	b, wait, g := r.takeTurn(now, held)
+	return turn{b: b, wait: wait, gate: g}
 }

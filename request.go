@@ -119,24 +119,10 @@ var outcomes = [...]outcome{
 }
 
 // fromHTTP maps an HTTP attempt's result onto the engine's terms and the
-// public errors: a *TransportError when no response came, an *HTTPError
-// for any other answer that did not deliver.
+// public errors (httpAttemptError, errors.go).
 func fromHTTP(r httpbatch.Result) attemptResult {
-	a := attemptResult{outcome: outcomes[r.Outcome], delay: r.Delay, reauth: r.Reauth,
+	return attemptResult{outcome: outcomes[r.Outcome], delay: r.Delay, reauth: r.Reauth, err: httpAttemptError(r),
 		cause: r.Err, status: r.Status, sent: r.Sent, plainSize: r.Plain}
-	switch {
-	case r.Err != nil:
-		a.err = &TransportError{Err: r.Err, Retryable: r.Outcome != httpbatch.Failed}
-	case r.Outcome != httpbatch.Delivered:
-		kind := KindNonRetryable
-		if r.Redirect {
-			kind = KindRedirect
-		} else if r.Outcome.Retried() {
-			kind = KindRetryable
-		}
-		a.err = &HTTPError{StatusCode: r.Status, Kind: kind, Message: r.Message, Location: r.Location}
-	}
-	return a
 }
 
 // maxBodyFields is the most shared.Compat BodyFields may take of a batch:

@@ -449,13 +449,13 @@ func TestWaitingRoomDueOrderWithQueuedBatches(t *testing.T) {
 		require.True(t, room.wait(take(d.id), t0.Add(d.due)))
 	}
 	assert.Equal(t, int64(4), places.held.Load(), "waiting batches hold their places (R43)")
-	tn := room.takeTurn(t0, nil)
+	tn := takeTurn(room, t0, nil)
 	assert.Nil(t, tn.b, "nothing is due yet")
 	assert.False(t, tn.gate.shut())
 	assert.Equal(t, time.Second, tn.wait, "until the earliest due instant, not the first arrival's")
 	var order []string
 	for {
-		b := room.takeTurn(t0.Add(5*time.Second), nil).b
+		b := takeTurn(room, t0.Add(5*time.Second), nil).b
 		if b == nil {
 			break
 		}

@@ -10,6 +10,9 @@ import (
 	"go.uber.org/zap/zapcore"
 )
 
+// slogLogger is a zap logger whose entries go to h (WithSlog).
+func slogLogger(h slog.Handler) *zap.Logger { return zap.New(&slogCore{h: h}) }
+
 // slogCore is a zapcore.Core that forwards entries to a slog.Handler.
 type slogCore struct {
 	h slog.Handler
