@@ -219,21 +219,18 @@ type DeliveryError struct {
 
 // httpAttemptError is the public error of an HTTP attempt that did not
 // deliver: a *TransportError when no response came, an *HTTPError for any
-// other answer; nil when it delivered.
+// other answer.
 func httpAttemptError(r httpbatch.Result) error {
-	switch {
-	case r.Err != nil:
+	if r.Err != nil {
 		return &TransportError{Err: r.Err, Retryable: r.Outcome != httpbatch.Failed}
-	case r.Outcome != httpbatch.Delivered:
-		kind := KindNonRetryable
-		if r.Redirect {
-			kind = KindRedirect
-		} else if r.Outcome.Retried() {
-			kind = KindRetryable
-		}
-		return &HTTPError{StatusCode: r.Status, Kind: kind, Message: r.Message, Location: r.Location}
 	}
-	return nil
+	kind := KindNonRetryable
+	if r.Redirect {
+		kind = KindRedirect
+	} else if r.Outcome.Retried() {
+		kind = KindRetryable
+	}
+	return &HTTPError{StatusCode: r.Status, Kind: kind, Message: r.Message, Location: r.Location}
 }
 
 // handBackError is the error every handed-back event gets (R38): last is

@@ -121,8 +121,12 @@ var outcomes = [...]outcome{
 // fromHTTP maps an HTTP attempt's result onto the engine's terms and the
 // public errors (httpAttemptError, errors.go).
 func fromHTTP(r httpbatch.Result) attemptResult {
-	return attemptResult{outcome: outcomes[r.Outcome], delay: r.Delay, reauth: r.Reauth, err: httpAttemptError(r),
+	a := attemptResult{outcome: outcomes[r.Outcome], delay: r.Delay, reauth: r.Reauth,
 		cause: r.Err, status: r.Status, sent: r.Sent, plainSize: r.Plain}
+	if r.Outcome != httpbatch.Delivered {
+		a.err = httpAttemptError(r)
+	}
+	return a
 }
 
 // maxBodyFields is the most shared.Compat BodyFields may take of a batch:
