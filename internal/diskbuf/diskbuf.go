@@ -142,16 +142,6 @@ type Segment struct {
 	undeletable bool
 }
 
-// Replayed is an event read back from the log: found by Open without an
-// acknowledgement, or appended by this Log (see Reader).
-type Replayed struct {
-	Seg  *Segment
-	Off  uint32
-	Data []byte
-	// Old reports an event an earlier Log wrote (found by Open).
-	Old bool
-}
-
 // Stats counts what Open skipped.
 type Stats struct {
 	Torn    int // invalid bytes at the end of a file (a write cut short)
@@ -278,10 +268,11 @@ func OpenLog(dir string, opts Options) (*Log, int, error) {
 		lock.Close()
 		return nil, 0, err
 	}
-	l.reader = &Reader{l: l}
+	var first uint64
 	if len(l.segs) > 0 {
-		l.reader.seq = l.segs[0].seq
+		first = l.segs[0].seq
 	}
+	l.reader = newReader(l, first)
 	l.compactAt.Store(max(minCompact, 2*l.ackBytes.Load()))
 	if err := l.newAckFile(); err != nil {
 		l.logf("diskbuf: no new ack file at open (tried again in the background): %v", err)
@@ -292,6 +283,71 @@ func OpenLog(dir string, opts Options) (*Log, int, error) {
 	go l.reclaimer()
 	l.poke()
 	return l, replayed, nil
+}
+
+// Reader returns the log's reader, positioned at the oldest event Open
+// found (or at the first segment created since, if there was none).
+func (l *Log) Reader() *Reader { return l.reader }
+
+// giveUp marks s damaged, seals it if it is the active segment (appends
+// go to a new one) and returns the event records this Log appended to it.
+func (l *Log) giveUp(s *Segment) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.act != nil && l.segs[len(l.segs)-1] == s {
+		_ = l.sealActiveLocked()
+	}
+	s.damaged = true
+	return s.count
+}
+
+// segmentFrom returns the present segment with the smallest number ≥ seq,
+// its written size and whether it is sealed.
+func (l *Log) segmentFrom(seq uint64) (*Segment, int64, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	i, _ := slices.BinarySearchFunc(l.segs, seq, func(s *Segment, seq uint64) int {
+		switch {
+		case s.seq < seq:
+			return -1
+		case s.seq > seq:
+			return 1
+		}
+		return 0
+	})
+	if i == len(l.segs) {
+		return nil, 0, false
+	}
+	s := l.segs[i]
+	return s, s.size, s.sealed
+}
+
+// appended returns the number of event records this Log appended to s.
+func (l *Log) appended(s *Segment) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return s.count
+}
+
+// segmentsFrom calls f, under l.mu, with each present segment numbered
+// seq or more, oldest first, with its written size and the event records
+// this Log appended to it: a consistent view of them for the Reader.
+func (l *Log) segmentsFrom(seq uint64, f func(s *Segment, size int64, count int)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, s := range l.segs {
+		if s.seq >= seq {
+			f(s, s.size, s.count)
+		}
+	}
+}
+
+// lose drops n events of s that cannot be read back, as their
+// acknowledgement would.
+func (l *Log) lose(s *Segment, n int) {
+	if s.live.Add(-int64(n)) <= 0 {
+		l.poke()
+	}
 }
 
 func (l *Log) logf(format string, args ...any) {

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 )
 
 // Reader reads events back from the log in log order: first the events
@@ -39,6 +38,19 @@ type Reader struct {
 	buf   []byte
 	avg   int // bytes per record read so far, to size reads
 }
+
+// Replayed is an event read back from the log: found by Open without an
+// acknowledgement, or appended by this Log (see Reader).
+type Replayed struct {
+	Seg  *Segment
+	Off  uint32
+	Data []byte
+	// Old reports an event an earlier Log wrote (found by Open).
+	Old bool
+}
+
+// newReader returns a reader of l positioned at segment first.
+func newReader(l *Log, first uint64) *Reader { return &Reader{l: l, seq: first} }
 
 // ErrBadRecord is the cause reported for a record of this Log's own that
 // no longer has a valid checksum (the file was changed by someone else):
@@ -74,52 +86,13 @@ func (r *Reader) learn(n, bytes int) {
 	}
 }
 
-// Reader returns the log's reader, positioned at the oldest event Open
-// found (or at the first segment created since, if there was none).
-func (l *Log) Reader() *Reader { return l.reader }
-
 // Seek makes (s, off) the next event Next returns: the event this Log
 // appended last (Seek is called right after its Append, before any other).
 // The events before it must all have been read back, or not be meant to
 // be.
 func (r *Reader) Seek(s *Segment, off uint32) {
-	r.l.mu.Lock()
-	idx := s.count - 1
-	r.l.mu.Unlock()
+	idx := r.l.appended(s) - 1
 	r.seq, r.off, r.ri, r.idx, r.fails = s.seq, int64(off), 0, idx, 0
-}
-
-// giveUp marks s damaged, seals it if it is the active segment (appends
-// go to a new one) and returns the event records this Log appended to it.
-func (l *Log) giveUp(s *Segment) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.act != nil && l.segs[len(l.segs)-1] == s {
-		_ = l.sealActiveLocked()
-	}
-	s.damaged = true
-	return s.count
-}
-
-// segmentFrom returns the present segment with the smallest number ≥ seq,
-// its written size and whether it is sealed.
-func (l *Log) segmentFrom(seq uint64) (*Segment, int64, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	i, _ := slices.BinarySearchFunc(l.segs, seq, func(s *Segment, seq uint64) int {
-		switch {
-		case s.seq < seq:
-			return -1
-		case s.seq > seq:
-			return 1
-		}
-		return 0
-	})
-	if i == len(l.segs) {
-		return nil, 0, false
-	}
-	s := l.segs[i]
-	return s, s.size, s.sealed
 }
 
 // Next returns up to max events (and about maxBytes of them, at least one)
@@ -143,7 +116,7 @@ func (r *Reader) Next(limit, maxBytes int) (recs []Replayed, lost int, err error
 		var got []Replayed
 		var n int
 		if s.old {
-			got, n, err = r.readOld(s, limit-len(recs), maxBytes-bytes)
+			got, n, err = r.readOld(s, size, limit-len(recs), maxBytes-bytes)
 		} else {
 			got, err = r.readNew(s, size, limit-len(recs), maxBytes-bytes)
 		}
@@ -198,7 +171,7 @@ func (r *Reader) skip(s *Segment, cause error) int {
 	}
 	n = max(n, 0)
 	if n > 0 {
-		r.lose(s, n)
+		r.l.lose(s, n)
 	}
 	r.l.errorf("diskbuf: skipped the rest of %s, which can no longer be read back (%v): %d event(s) in it lost", filepath.Base(s.path), cause, n)
 	r.next()
@@ -338,18 +311,19 @@ func own(out []Replayed, bytes int) {
 	}
 }
 
-// readOld reads the listed events of a segment Open found. A listed
+// readOld reads the listed events of a segment Open found, whose file
+// held size bytes. A listed
 // offset that no longer holds a valid record (the file was overwritten)
 // is counted in lost (and the segment's live count drops, so it can be
 // reclaimed); a file that now ends before a listed offset is an error
 // matching errDamaged.
-func (r *Reader) readOld(s *Segment, limit, maxBytes int) (out []Replayed, lost int, err error) {
+func (r *Reader) readOld(s *Segment, size int64, limit, maxBytes int) (out []Replayed, lost int, err error) {
 	if r.ri >= len(s.replay) {
 		s.replay = nil // read: no longer needed
 		return nil, 0, nil
 	}
 	start := int64(s.replay[r.ri])
-	want := int(min(int64(r.chunk(limit)), max(s.size-start, headerSize)))
+	want := int(min(int64(r.chunk(limit)), max(size-start, headerSize)))
 	b, err := r.read(s, start, want)
 	if err != nil {
 		return nil, 0, err
@@ -359,7 +333,7 @@ func (r *Reader) readOld(s *Segment, limit, maxBytes int) (out []Replayed, lost 
 		own(out, bytes)
 		r.learn(len(out), bytes)
 		if lost > 0 {
-			r.lose(s, lost)
+			r.l.lose(s, lost)
 			r.l.errorf("diskbuf: %d event(s) of %s can no longer be read back (the file was changed since it was opened): lost", lost, filepath.Base(s.path))
 		}
 	}()
@@ -406,14 +380,6 @@ func (r *Reader) readOld(s *Segment, limit, maxBytes int) (out []Replayed, lost 
 	return out, lost, nil
 }
 
-// lose drops n events of s that cannot be read back, as their
-// acknowledgement would.
-func (r *Reader) lose(s *Segment, n int) {
-	if s.live.Add(-int64(n)) <= 0 {
-		r.l.poke()
-	}
-}
-
 // AtEnd reports whether the reader has read everything written so far:
 // it is at the end of the active segment (or no segment is left after
 // its position).
@@ -434,19 +400,15 @@ func (r *Reader) AtEnd() bool {
 // segment, a read of a segment only when it was cut short. Not to be
 // called while Next runs.
 func (r *Reader) Unreadable() int {
-	r.l.mu.Lock()
 	type seg struct {
 		s     *Segment
 		size  int64
 		count int
 	}
 	var segs []seg
-	for _, s := range r.l.segs {
-		if s.seq >= r.seq {
-			segs = append(segs, seg{s, s.size, s.count})
-		}
-	}
-	r.l.mu.Unlock()
+	r.l.segmentsFrom(r.seq, func(s *Segment, size int64, count int) {
+		segs = append(segs, seg{s, size, count})
+	})
 	total := 0
 	for _, g := range segs {
 		s := g.s
@@ -495,7 +457,7 @@ func (r *Reader) Unreadable() int {
 			}
 		}
 		if lost := n - min(left, n); lost > 0 {
-			r.lose(s, lost)
+			r.l.lose(s, lost)
 			total += lost
 			r.l.errorf("diskbuf: %s was removed, replaced or cut short: %d event(s) in it that were not read back are lost", filepath.Base(s.path), lost)
 		}
