@@ -37,6 +37,10 @@ type Reader struct {
 	fseq  uint64
 	buf   []byte
 	avg   int // bytes per record read so far, to size reads
+	// found holds the segments Open found, by number: their events to
+	// read back are the offsets listed (sorted), not every record. A list
+	// read, or given up, is dropped; the segment's number stays.
+	found map[uint64][]uint32
 }
 
 // Replayed is an event read back from the log: found by Open without an
@@ -49,8 +53,18 @@ type Replayed struct {
 	Old bool
 }
 
-// newReader returns a reader of l positioned at segment first.
-func newReader(l *Log, first uint64) *Reader { return &Reader{l: l, seq: first} }
+// newReader returns a reader of l positioned at segment first; found
+// lists the events to read back of the segments Open found (see
+// Reader.found).
+func newReader(l *Log, first uint64, found map[uint64][]uint32) *Reader {
+	return &Reader{l: l, seq: first, found: found}
+}
+
+// old reports whether s was found by Open.
+func (r *Reader) old(s *Segment) bool {
+	_, ok := r.found[s.seq]
+	return ok
+}
 
 // ErrBadRecord is the cause reported for a record of this Log's own that
 // no longer has a valid checksum (the file was changed by someone else):
@@ -115,7 +129,7 @@ func (r *Reader) Next(limit, maxBytes int) (recs []Replayed, lost int, err error
 		}
 		var got []Replayed
 		var n int
-		if s.old {
+		if r.old(s) {
 			got, n, err = r.readOld(s, size, limit-len(recs), maxBytes-bytes)
 		} else {
 			got, err = r.readNew(s, size, limit-len(recs), maxBytes-bytes)
@@ -137,7 +151,7 @@ func (r *Reader) Next(limit, maxBytes int) (recs []Replayed, lost int, err error
 		r.fails = 0
 		if len(got) == 0 && n == 0 {
 			// Nothing more in this segment: move on if it is complete.
-			if !s.old && !sealed {
+			if !r.old(s) && !sealed {
 				break // the active segment: caught up with the writer
 			}
 			r.next()
@@ -163,9 +177,9 @@ func permanent(err error) bool {
 // number is returned and reported once), and the reader moves on.
 func (r *Reader) skip(s *Segment, cause error) int {
 	var n int
-	if s.old {
-		n = len(s.replay) - r.ri
-		s.replay = nil
+	if r.old(s) {
+		n = len(r.found[s.seq]) - r.ri
+		r.found[s.seq] = nil
 	} else {
 		n = r.l.giveUp(s) - r.idx
 	}
@@ -318,11 +332,12 @@ func own(out []Replayed, bytes int) {
 // reclaimed); a file that now ends before a listed offset is an error
 // matching errDamaged.
 func (r *Reader) readOld(s *Segment, size int64, limit, maxBytes int) (out []Replayed, lost int, err error) {
-	if r.ri >= len(s.replay) {
-		s.replay = nil // read: no longer needed
+	replay := r.found[s.seq]
+	if r.ri >= len(replay) {
+		r.found[s.seq] = nil // read: no longer needed
 		return nil, 0, nil
 	}
-	start := int64(s.replay[r.ri])
+	start := int64(replay[r.ri])
 	want := int(min(int64(r.chunk(limit)), max(size-start, headerSize)))
 	b, err := r.read(s, start, want)
 	if err != nil {
@@ -340,8 +355,8 @@ func (r *Reader) readOld(s *Segment, size int64, limit, maxBytes int) (out []Rep
 	short := func(off int64) error {
 		return fmt.Errorf("%w: %s ends before offset %d", errDamaged, s.path, off)
 	}
-	for r.ri < len(s.replay) && len(out) < limit && bytes < maxBytes {
-		off := int64(s.replay[r.ri])
+	for r.ri < len(replay) && len(out) < limit && bytes < maxBytes {
+		off := int64(replay[r.ri])
 		pos := int(off - start)
 		if pos >= len(b) {
 			if len(b) < want {
@@ -388,7 +403,7 @@ func (r *Reader) AtEnd() bool {
 	if s == nil {
 		return true
 	}
-	return s.seq == r.seq && !s.old && !sealed && r.off >= size
+	return s.seq == r.seq && !r.old(s) && !sealed && r.off >= size
 }
 
 // Unreadable counts the events not read back yet whose segment file is
@@ -416,11 +431,12 @@ func (r *Reader) Unreadable() int {
 		var n int
 		var offs []uint32
 		switch {
-		case s.old && first:
-			offs = s.replay[min(r.ri, len(s.replay)):]
+		case r.old(s) && first:
+			replay := r.found[s.seq]
+			offs = replay[min(r.ri, len(replay)):]
 			n = len(offs)
-		case s.old:
-			offs = s.replay
+		case r.old(s):
+			offs = r.found[s.seq]
 			n = len(offs)
 		case first:
 			n, from = g.count-r.idx, r.off
@@ -443,7 +459,7 @@ func (r *Reader) Unreadable() int {
 			if err != nil {
 				continue
 			}
-			if s.old {
+			if r.old(s) {
 				for _, off := range offs {
 					budget := MaxRecord
 					if int(off) < len(data) {
