@@ -92,7 +92,7 @@ type Client struct {
 	consumers       sync.WaitGroup
 	ownTransport    *http.Transport // the transport New made, closed by Close; nil for WithHTTPClient
 	auth            *tokenSource    // WithOAuth's token goroutine; nil without OAuth
-	outage          *outageLog      // lines about a failing server (health.go)
+	outage          *outageLog      // lines about a failing server (ratelimit.go)
 }
 
 // Lock order. These are all the mutexes of the package, and those of
@@ -107,8 +107,8 @@ type Client struct {
 //  2. learnedLimits.mu (learned.go): applyLocked hands the new budget to
 //     queue.setBudget, which takes queue.mu, then capacity.mu.
 //  3. waitingRoom.mu (ratelimit.go), which also guards the server's health
-//     and outage state (health.go): holding and releasing places takes
-//     capacity.mu.
+//     and outage state kept in the room: holding and releasing places
+//     takes capacity.mu.
 //  4. queue.mu (queue.go): close wakes the blocked producers under it
 //     (capacity.mu).
 //  5. capacity.mu (queue.go): the line of blocked EnqueueContext calls.

@@ -30,7 +30,7 @@ type consumer struct {
 	onAttempt func(AttemptInfo) // WithAttemptHook; nil without
 	limits    *learnedLimits    // what the server's refusals taught (learned.go)
 	trying    chan struct{}     // the turn of an untried body size this consumer holds, nil if none (R69)
-	outage    *outageLog        // lines about a failing server (health.go)
+	outage    *outageLog        // lines about a failing server (ratelimit.go)
 	search    int64             // the search for the body limit during which the attempt was sent (R67)
 }
 
