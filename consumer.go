@@ -77,7 +77,7 @@ func (w *consumer) nextBatch() *batch {
 		}
 		if gate.shut() {
 			w.settle.stats.countRateLimitWait()
-			if !w.sleepGate(gate) {
+			if !w.room.waitAtGate(gate, w.timer, w.interrupt.Done()) {
 				return nil
 			}
 			continue
@@ -125,26 +125,6 @@ func (w *consumer) sleepUntil(answer chan struct{}, d time.Duration) bool {
 	case <-w.room.ready:
 	case <-w.retire:
 		return false
-	case <-w.interrupt.Done():
-		return false
-	}
-	return true
-}
-
-// sleepGate waits at a shut gate: for its deadline, for the answer to
-// another consumer's probe (R64), or until a Close that waits for no retry
-// opens it (shared.Compat FastClose). It reports false at shutdown.
-func (w *consumer) sleepGate(g gateState) bool {
-	var expired <-chan time.Time
-	if g.answer == nil {
-		w.timer.Reset(g.wait)
-		defer w.timer.Stop()
-		expired = w.timer.C
-	}
-	select {
-	case <-expired:
-	case <-g.answer:
-	case <-w.room.opened:
 	case <-w.interrupt.Done():
 		return false
 	}

@@ -303,6 +303,27 @@ func (r *waitingRoom) gateLocked(now time.Time, held chan struct{}) (g gateState
 	return g
 }
 
+// waitAtGate waits at the shut gate g: for its deadline (on timer), for
+// the answer to another consumer's probe (R64), or until a Close that
+// waits for no retry opens it (dueNow, shared.Compat FastClose). It
+// reports false when stop closes first (shutdown).
+func (r *waitingRoom) waitAtGate(g gateState, timer *time.Timer, stop <-chan struct{}) bool {
+	var expired <-chan time.Time
+	if g.answer == nil {
+		timer.Reset(g.wait)
+		defer timer.Stop()
+		expired = timer.C
+	}
+	select {
+	case <-expired:
+	case <-g.answer:
+	case <-r.opened:
+	case <-stop:
+		return false
+	}
+	return true
+}
+
 // endProbe records that the attempt of probe is over (answered, or failed
 // without an answer): the consumers waiting for it look at the gate again.
 func (r *waitingRoom) endProbe(probe chan struct{}) {
