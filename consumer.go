@@ -308,6 +308,29 @@ func (w *consumer) endEpisode() {
 	}
 }
 
+// AttemptInfo describes one HTTP attempt to upload a batch, as passed to
+// the WithAttemptHook function.
+type AttemptInfo struct {
+	// Events is the number of events in the batch.
+	Events int
+	// Bytes is the size of the request body as sent: compressed when
+	// WithGzip is on.
+	Bytes int
+	// Retry is the number of earlier attempts of the same batch (the
+	// X-Retry-Count header of this attempt; 0 for the first).
+	Retry int
+	// Status is the HTTP status received, or 0 when no response arrived
+	// (then Err is set).
+	Status int
+	// Duration is the time from the start of the request to the end of
+	// reading the response (or to the error).
+	Duration time.Duration
+	// Err is the error of an attempt that received no status: a network
+	// error, the per-attempt timeout (WithHTTPTimeout) or the cancellation
+	// by Close. It is nil when Status is set, whatever the status.
+	Err error
+}
+
 // startAttempt returns the start time of an attempt, or the zero time
 // without a hook.
 func (w *consumer) startAttempt() time.Time {
@@ -410,29 +433,6 @@ func (w *consumer) adapt(b *batch, r attemptResult, now time.Time) bool {
 		}
 	}
 	return false
-}
-
-// AttemptInfo describes one HTTP attempt to upload a batch, as passed to
-// the WithAttemptHook function.
-type AttemptInfo struct {
-	// Events is the number of events in the batch.
-	Events int
-	// Bytes is the size of the request body as sent: compressed when
-	// WithGzip is on.
-	Bytes int
-	// Retry is the number of earlier attempts of the same batch (the
-	// X-Retry-Count header of this attempt; 0 for the first).
-	Retry int
-	// Status is the HTTP status received, or 0 when no response arrived
-	// (then Err is set).
-	Status int
-	// Duration is the time from the start of the request to the end of
-	// reading the response (or to the error).
-	Duration time.Duration
-	// Err is the error of an attempt that received no status: a network
-	// error, the per-attempt timeout (WithHTTPTimeout) or the cancellation
-	// by Close. It is nil when Status is set, whatever the status.
-	Err error
 }
 
 // How a consumer cuts a batch (docs/delivery.md R3, R66–R68). Every cut
