@@ -257,7 +257,7 @@ func (w *consumer) passGate(b *batch) bool {
 // retryLater schedules a counted retry of b (R26–R28, R61), or fails it
 // when a budget is spent.
 func (w *consumer) retryLater(b *batch, now time.Time) {
-	if spent := w.policy.spent(b, now); spent != nil {
+	if spent := w.policy.spent(b.retries, b.failingFor(now)); spent != nil {
 		w.settle.failed(b, b.budgetError(spent))
 		return
 	}
@@ -489,7 +489,7 @@ func (w *consumer) isolate(b *batch, now time.Time) bool {
 // jitter. This is the batch's counted retry: both halves carry it, and
 // when a budget is spent the batch fails as R27 and R28 say.
 func (w *consumer) splitTooMany(b *batch, now time.Time) bool {
-	if w.policy.spent(b, now) != nil {
+	if w.policy.spent(b.retries, b.failingFor(now)) != nil {
 		return false // retryLater fails it with the budget's reason
 	}
 	w.limits.refusedCount(b.Len())

@@ -217,10 +217,6 @@ type durable struct {
 	syncDone sync.WaitGroup
 	observer func() // tests: called after each sync
 
-	replayed atomic.Int64 // events an earlier client left, less those found not to be events
-	skipped  atomic.Int64 // replayed records with a valid checksum but no JSON object
-	lost     atomic.Int64 // events on disk only whose record was gone when read back (Stats.DiskLost)
-
 	// The disk as the buffer (see the top of this file).
 	q         *queue
 	places    *capacity     // the queue's: what memory holds (R70)
@@ -230,7 +226,6 @@ type durable struct {
 	onDisk    int64         // accepted events on disk only, not read back yet; guarded by mu
 	runs      []epochRun    // their ledger epochs, oldest first; guarded by mu
 	onDiskNow atomic.Int64  // onDisk, readable without mu (Stats.OnDisk)
-	spilled   atomic.Int64  // events accepted to disk only since New
 	wake      chan struct{} // cap 1: events went to disk only, or places were freed
 	readStop  chan struct{}
 	readDone  chan struct{}
@@ -239,17 +234,18 @@ type durable struct {
 	readerDone, readFailing bool
 }
 
-// addStats fills the durable-mode fields of st; open is false after
-// Close, when the disk buffer's files take nothing.
+// addStats adds to st, the counters' snapshot, what the disk buffer tells:
+// the events on disk only now, and what its files take and held that was
+// torn, corrupt, missing or skipped; open is false after Close, when the
+// files take nothing.
 func (d *durable) addStats(st *Stats, open bool) {
-	st.Replayed = d.replayed.Load()
-	st.Spilled, st.OnDisk = d.spilled.Load(), d.onDiskNow.Load()
+	st.OnDisk = d.onDiskNow.Load()
 	if open {
 		st.DiskBytes = d.diskLog.Size()
 	}
 	ds := d.diskLog.Stats()
-	st.DiskTorn, st.DiskCorrupt, st.DiskLost = int64(ds.Torn), int64(ds.Corrupt)+d.skipped.Load(), d.lost.Load()
-	st.DiskMissing, st.DiskSkipped = int64(ds.Missing), int64(ds.Skipped)
+	st.DiskTorn, st.DiskMissing, st.DiskSkipped = int64(ds.Torn), int64(ds.Missing), int64(ds.Skipped)
+	st.DiskCorrupt += int64(ds.Corrupt) // beside the replayed records that were not events
 }
 
 // openDurable opens d.dir and returns the buffer and the number of events
@@ -264,7 +260,6 @@ func openDurable(d *diskSettings, logger *zap.Logger) (*durable, int, error) {
 	}
 	dur := &durable{diskLog: dl, dir: d.dir, policy: d.policy, log: logger, syncStop: make(chan struct{}), observer: d.syncObserver,
 		wake: make(chan struct{}, 1), readStop: make(chan struct{}), readDone: make(chan struct{})}
-	dur.replayed.Store(int64(n))
 	st := dl.Stats() // logged at every start, so that durable mode shows in the logs
 	logger.Info("disk buffer opened", zap.String("dir", d.dir), zap.Int("replayed", n),
 		zap.Int64("bytes", dl.Size()), zap.Int64("limit", d.limit),
@@ -445,7 +440,7 @@ func (d *durable) acceptOnce(sc *scratch, withCopy Message) error {
 	}
 	d.addRunLocked(epoch, 1)
 	d.mu.Unlock()
-	d.spilled.Add(1)
+	d.stats.countSpilled()
 	signal(d.wake)
 	return nil
 }
@@ -488,6 +483,7 @@ func (d *durable) takeRunsLocked(n int64, f func(epoch uint64, k int64)) {
 // accepted already and counted in the ledger now.
 func (d *durable) startReader(q *queue, places *capacity, stats *counters, replay int) {
 	d.q, d.places, d.stats = q, places, stats
+	stats.countReplayed(int64(replay))
 	if replay > 0 {
 		epoch, _ := q.account(replay)
 		d.mu.Lock()
@@ -564,8 +560,7 @@ func (d *durable) loadSome(q *queue) bool {
 		evs = append(evs, ev)
 	}
 	if len(notEvents) > 0 {
-		d.skipped.Add(int64(len(notEvents)))
-		d.replayed.Add(-int64(len(notEvents)))
+		d.stats.countNotEvents(int64(len(notEvents)))
 		d.log.Warn("disk buffer: skipped records that are not events", zap.Int("records", len(notEvents)))
 		d.ack(notEvents)
 	}
@@ -585,8 +580,7 @@ func (d *durable) loadSome(q *queue) bool {
 		// Their records are gone (the reader logged how many): failed,
 		// without a callback, as no message can be rebuilt from them.
 		lost = int(min(int64(lost), d.onDisk-int64(len(recs))))
-		d.lost.Add(int64(lost))
-		d.stats.countFailed(int64(lost))
+		d.stats.countLost(int64(lost))
 	}
 	i := int64(0)
 	d.takeRunsLocked(int64(len(recs)+lost), func(epoch uint64, k int64) {
@@ -607,8 +601,7 @@ func (d *durable) loadSome(q *queue) bool {
 		k := d.onDisk
 		d.takeRunsLocked(k, func(epoch uint64, k int64) { gone = append(gone, epochRun{epoch, k}) })
 		d.log.Error("disk buffer: events could not be read back from disk; they are lost", zap.Int64("events", k))
-		d.lost.Add(k)
-		d.stats.countFailed(k)
+		d.stats.countLost(k)
 	}
 	d.mu.Unlock()
 	q.dischargeRuns(gone)
@@ -643,8 +636,7 @@ func (d *durable) stopReader() int64 {
 		// file was removed, replaced or cut short meanwhile are lost.
 		if lost := min(int64(d.diskLog.Reader().Unreadable()), d.onDisk); lost > 0 {
 			d.takeRunsLocked(lost, func(epoch uint64, k int64) { gone = append(gone, epochRun{epoch, k}) })
-			d.lost.Add(lost)
-			d.stats.countFailed(lost)
+			d.stats.countLost(lost)
 		}
 	}
 	n, runs := d.onDisk, d.runs

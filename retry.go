@@ -28,14 +28,13 @@ type retryPolicy struct {
 	noRetry    *atomic.Bool              // shared.Compat FastClose: no retry once set; nil without
 }
 
-// spent is the counted-retry budget b has used up at now, or nil while b
+// spent is the counted-retry budget a batch has used up, or nil while it
 // may be retried: ErrRetriesExhausted after maxRetries counted retries
 // (R27), ErrBackoffDurationExceeded once maxBackoffTotal has passed since
-// b's first counted failure (R28, D15). That failure is now if b has none
-// yet.
-func (p retryPolicy) spent(b *batch, now time.Time) error {
-	failing := b.failingFor(now)
-	if b.retries >= p.maxRetries {
+// its first counted failure (R28, D15); retries and failing are the
+// batch's (batch.retries, batch.failingFor).
+func (p retryPolicy) spent(retries int, failing time.Duration) error {
+	if retries >= p.maxRetries {
 		return ErrRetriesExhausted
 	}
 	if failing >= p.maxBackoffTotal {

@@ -303,6 +303,12 @@ type counters struct {
 
 	accepted, rejectedInvalid, rejectedTooLarge, rejectedClosed atomic.Int64
 	rejectedDisk                                                atomic.Int64
+
+	// Durable mode (durable.go).
+	replayed    atomic.Int64 // events an earlier client left, less those found not to be events
+	spilled     atomic.Int64 // events accepted to disk only
+	diskLost    atomic.Int64 // events on disk only whose record was gone when read back
+	diskSkipped atomic.Int64 // replayed records with a valid checksum but no JSON object
 }
 
 // count counts the outcome of one enqueue call and returns err.
@@ -328,8 +334,8 @@ func (s *counters) count(err error) error {
 
 // snapshot is Stats as far as the counters tell it: pending is the
 // accepted events without a disposition, bodyLimit and eventLimit the
-// learned limits (0 until learned); the durable fields are filled by
-// durable.addStats. The counters are read one by one.
+// learned limits (0 until learned); what the disk buffer itself tells is
+// added by durable.addStats. The counters are read one by one.
 func (s *counters) snapshot(pending int64, bodyLimit, eventLimit int) Stats {
 	return Stats{
 		Delivered:         s.delivered.Load(),
@@ -351,6 +357,11 @@ func (s *counters) snapshot(pending int64, bodyLimit, eventLimit int) Stats {
 		RejectedTooLarge: s.rejectedTooLarge.Load(),
 		RejectedClosed:   s.rejectedClosed.Load(),
 		RejectedDisk:     s.rejectedDisk.Load(),
+
+		Replayed:    s.replayed.Load(),
+		Spilled:     s.spilled.Load(),
+		DiskLost:    s.diskLost.Load(),
+		DiskCorrupt: s.diskSkipped.Load(), // durable.addStats adds the records the disk buffer found corrupt
 	}
 }
 
@@ -380,6 +391,26 @@ func (s *counters) countFailed(n int64) { s.failed.Add(n) }
 
 // countHandedBack counts n events handed back at shutdown (Stats.HandedBack).
 func (s *counters) countHandedBack(n int64) { s.handedBack.Add(n) }
+
+// countReplayed counts n events an earlier client left on disk (Stats.Replayed).
+func (s *counters) countReplayed(n int64) { s.replayed.Add(n) }
+
+// countNotEvents counts n replayed records that turned out not to be
+// events: no longer replayed, they count as corrupt (Stats.DiskCorrupt).
+func (s *counters) countNotEvents(n int64) {
+	s.diskSkipped.Add(n)
+	s.replayed.Add(-n)
+}
+
+// countSpilled counts an event accepted to disk only (Stats.Spilled).
+func (s *counters) countSpilled() { s.spilled.Add(1) }
+
+// countLost counts n events on disk only whose records were gone when read
+// back: failed, without a callback (Stats.DiskLost, Stats.Failed).
+func (s *counters) countLost(n int64) {
+	s.diskLost.Add(n)
+	s.failed.Add(n)
+}
 
 // countRetry counts a counted retry about to be sent (Stats.Retries).
 func (s *counters) countRetry() { s.retries.Add(1) }
