@@ -235,6 +235,7 @@ func (c *Client) EnqueueContext(ctx context.Context, m Message) error {
 func (c *Client) dispatch(ctx context.Context, wait bool, m Message) error {
 	sc := getScratch()
 	sc.use(c.defaults, c.noLibrary)
+	sc.AimAtSlab() // the JSON is written where accept keeps it: no copy (internal/wire)
 	copied, err := prepareMessage(sc, m, c.keepMessages)
 	err = c.settle.stats.count(c.accept(ctx, wait, sc, copied, err))
 	if err != nil {
