@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -315,3 +316,125 @@ type panicBody struct{}
 
 func (panicBody) Read([]byte) (int, error) { panic("read") }
 func (panicBody) Close() error             { panic("close") }
+
+// partsStream is a Stream over parts that the caller releases (overwrites)
+// once Send returned, as the client releases its events' slabs.
+type partsStream struct {
+	parts [][]byte
+	rest  []byte // after Detach
+	done  bool
+}
+
+func newPartsStream(sentAt time.Time) *partsStream {
+	full := body(nil, sentAt)
+	s := &partsStream{}
+	for len(full) > 0 {
+		n := min(7, len(full))
+		s.parts, full = append(s.parts, append([]byte(nil), full[:n]...)), full[n:]
+	}
+	return s
+}
+
+func (s *partsStream) Len() int {
+	n := len(s.rest)
+	for _, p := range s.parts {
+		n += len(p)
+	}
+	return n
+}
+
+func (s *partsStream) Read(p []byte) (int, error) {
+	if s.done {
+		n := copy(p, s.rest)
+		s.rest = s.rest[n:]
+		if n == 0 {
+			return 0, io.EOF
+		}
+		return n, nil
+	}
+	if len(s.parts) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, s.parts[0])
+	if s.parts[0] = s.parts[0][n:]; len(s.parts[0]) == 0 {
+		s.parts = s.parts[1:]
+	}
+	return n, nil
+}
+
+func (s *partsStream) Detach() {
+	for _, p := range s.parts {
+		s.rest = append(s.rest, p...)
+	}
+	s.parts, s.done = nil, true
+}
+
+// release overwrites what the stream was read from.
+func (s *partsStream) release(all [][]byte) {
+	for _, p := range all {
+		for i := range p {
+			p[i] = 'x'
+		}
+	}
+}
+
+// With a Stream, the body reaches the server whole, without a copy of its
+// own (no body buffer is taken), and with the size the server is told;
+// gzip still compresses Body's bytes. A transport that goes on reading the
+// body after Do returned (an early response) reads what was left from a
+// copy: the parts, released by the caller once Send returned, are not read
+// again (the race detector checks it), and the late reader gets the body
+// as it was.
+func TestSendStream(t *testing.T) {
+	rec := newRecorder(t, func(w http.ResponseWriter) {})
+	for _, gz := range []bool{false, true} {
+		s := newTestSender(NewClient(nil, 1), rec.URL, gz)
+		var sentAt time.Time
+		r := s.Send(context.Background(), Attempt{Body: body, Stream: func(at time.Time) Stream {
+			sentAt = at
+			return newPartsStream(at)
+		}})
+		require.NoError(t, r.Err)
+		require.Equal(t, 200, r.Status)
+		got := rec.bodies[len(rec.bodies)-1]
+		if gz {
+			assert.True(t, sentAt.IsZero(), "gzip: no Stream")
+			assert.Equal(t, int32(2), s.recycled.Load(), "gzip: the buffers of Body")
+			assert.Contains(t, string(gunzip(t, got)), `"messageId":"m9"}],"sentAt"`)
+		} else {
+			want := body(nil, sentAt)
+			assert.Equal(t, int32(0), s.recycled.Load(), "no body buffer taken")
+			assert.Equal(t, len(want), r.Sent, "the size sent")
+			assert.Equal(t, string(want), string(got))
+		}
+		s.Client().CloseIdleConnections()
+	}
+
+	for _, readFirst := range []int{0, 5, 60, 1000} {
+		lateRead := make(chan []byte, 1)
+		proceed := make(chan struct{})
+		rt := roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			head := make([]byte, min(readFirst, int(req.ContentLength)))
+			_, _ = io.ReadFull(req.Body, head)
+			go func() { // the rest, after Do returned and the caller released the parts
+				<-proceed
+				rest, _ := io.ReadAll(req.Body)
+				lateRead <- append(head, rest...)
+			}()
+			return &http.Response{StatusCode: 200, Body: http.NoBody, Request: req}, nil
+		})
+		s := newTestSender(&http.Client{Transport: rt}, "http://api.test", false)
+		var stream *partsStream
+		var all [][]byte
+		var sentAt time.Time
+		r := s.Send(context.Background(), Attempt{Body: body, Stream: func(at time.Time) Stream {
+			sentAt, stream = at, newPartsStream(at)
+			all = slices.Clone(stream.parts)
+			return stream
+		}})
+		require.NoError(t, r.Err)
+		stream.release(all)
+		close(proceed)
+		assert.Equal(t, string(body(nil, sentAt)), string(<-lateRead), "read %d bytes before Do returned", readFirst)
+	}
+}

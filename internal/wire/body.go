@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"time"
 )
 
@@ -136,3 +137,130 @@ func ValidExtra(members []byte, limit int) bool {
 	_, key := m["writeKey"]
 	return !batch && !sentAt && !key
 }
+
+// A BodyReader reads the body Encode writes straight from the events' JSON
+// (in their slabs), so that a request needs no copy of its body: the
+// transport copies each event once, into its own write buffer. It reads
+// the events only until Detach, after which it reads a copy of what was
+// left; the caller detaches it before the events can be released. Not safe
+// for concurrent use.
+type BodyReader struct {
+	evs     Events
+	splice  bool      // the per-event sentAt, spliced before an event's closing brace
+	i       int       // the next event (Len: the end, Len+1: nothing left)
+	parts   [3][]byte // what is left of the current step, in order
+	left    int       // the bytes not yet read
+	size    int
+	tail    []byte // `,"sentAt":"<stamp>"}`: the end of every spliced event
+	end     []byte // the body after its events
+	scratch [128]byte
+}
+
+// Reader returns a BodyReader of the body Encode writes for evs and
+// sentAt.
+func (f *Frame) Reader(evs Events, sentAt time.Time) *BodyReader {
+	r := &BodyReader{evs: evs, splice: f.eventSentAt}
+	var text [64]byte
+	stamp := appendTimestamp(text[:0], sentAt.UTC(), nil)
+	b := append(r.scratch[:0], `,"sentAt":"`...)
+	b = append(append(b, stamp...), '"', '}')
+	r.tail = b[:len(b):len(b)]
+	end := append(b[len(b):], ']')
+	if len(f.extra) > 0 {
+		end = append(append(end, ','), f.extra...)
+	}
+	end = append(end, `,"sentAt":"`...)
+	end = append(end, stamp...)
+	end = append(end, `","writeKey":`...)
+	end = append(end, f.writeKey...)
+	r.end = append(end, '}')
+	r.size = len(`{"batch":[`) + len(r.end)
+	for i := range evs.Len() {
+		d := evs.JSON(i)
+		r.size += len(d)
+		if i > 0 {
+			r.size++ // the comma
+		}
+		if r.spliced(d) {
+			r.size += len(r.tail) - 1 // the tail replaces the closing brace
+		}
+	}
+	r.left = r.size
+	r.parts[0] = []byte(`{"batch":[`)
+	return r
+}
+
+// Len is the size of the body: what Encode writes.
+func (r *BodyReader) Len() int { return r.size }
+
+func (r *BodyReader) spliced(d []byte) bool {
+	return r.splice && len(d) > 0 && d[len(d)-1] == '}'
+}
+
+// Read reads the next bytes of the body.
+func (r *BodyReader) Read(p []byte) (n int, err error) {
+	for n < len(p) {
+		k := 0
+		for k < len(r.parts) && len(r.parts[k]) == 0 {
+			k++
+		}
+		if k == len(r.parts) {
+			if !r.step() {
+				break
+			}
+			continue
+		}
+		c := copy(p[n:], r.parts[k])
+		r.parts[k] = r.parts[k][c:]
+		n += c
+	}
+	r.left -= n
+	if n == 0 && len(p) > 0 {
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// step loads the parts of the next event, or the end of the body; false
+// when nothing is left.
+func (r *BodyReader) step() bool {
+	switch n := r.evs.Len(); {
+	case r.i < n:
+		d := r.evs.JSON(r.i)
+		r.parts[0] = nil
+		if r.i > 0 {
+			r.parts[0] = comma
+		}
+		r.parts[1], r.parts[2] = d, nil
+		if r.spliced(d) {
+			r.parts[1], r.parts[2] = d[:len(d)-1], r.tail
+		}
+	case r.i == n:
+		r.parts = [3][]byte{r.end}
+	default:
+		return false
+	}
+	r.i++
+	return true
+}
+
+var comma = []byte{','}
+
+// Detach has r read a copy of what is left of the body from now on: the
+// events are not read again. A body read to its end copies nothing.
+func (r *BodyReader) Detach() {
+	rest := make([]byte, r.left)
+	if len(rest) > 0 {
+		_, _ = io.ReadFull(r, rest)
+	}
+	r.evs, r.i = noEvents{}, 1 // the end is in rest
+	r.parts = [3][]byte{rest}
+	r.left = len(rest)
+}
+
+// noEvents are the events of a detached BodyReader.
+type noEvents struct{}
+
+func (noEvents) Len() int        { return 0 }
+func (noEvents) JSON(int) []byte { return nil }
+func (noEvents) Bytes() int      { return 0 }
