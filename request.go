@@ -99,8 +99,7 @@ func (s *sender) attempt(ctx context.Context, b *batch, bearer string) attemptRe
 	// The body: {"batch":[…],"sentAt":…,"writeKey":…}, sentAt being the time
 	// of the attempt (R4), on every event too with WithEventSentAt (R59).
 	body := func(buf []byte, sentAt time.Time) []byte { return s.frame.Encode(buf, b, sentAt) }
-	stream := func(sentAt time.Time) httpbatch.Stream { return s.frame.Reader(b, sentAt) } // the same body, without a copy
-	r := s.http.Send(ctx, httpbatch.Attempt{Body: body, Stream: stream, Retry: b.attempts, Bearer: bearer})
+	r := s.http.Send(ctx, httpbatch.Attempt{Body: body, Retry: b.attempts, Bearer: bearer})
 	if r.InvalidRetryAfter {
 		s.log.Warn("unparseable Retry-After; retrying with backoff", // R25, R51
 			zap.String("retryAfter", r.RetryAfter), zap.Int("status", r.Status))

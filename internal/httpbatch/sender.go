@@ -121,42 +121,6 @@ type Attempt struct {
 	// Bearer is the Authorization header of an OAuth client (R50); "" for
 	// the write key's Basic credentials.
 	Bearer string
-	// Stream, if set, returns the same body as Body, to be read where its
-	// parts are kept instead of from a copy (see Stream); it is used for
-	// an uncompressed attempt, and Body still serves net/http's own
-	// retries.
-	Stream func(sentAt time.Time) Stream
-}
-
-// A Stream is a request body read from where its parts are kept, so that
-// an attempt needs no copy of it: the transport copies each part once, into
-// its write buffer. Send detaches it when Do returns (the transport may go
-// on reading after an early response); from then on it must read a copy of
-// what is left, and the parts may be reused. Send serialises Read and
-// Detach.
-type Stream interface {
-	io.Reader
-	Len() int // the body's size in bytes
-	Detach()
-}
-
-// streamBody is a Stream as a request body: a transport goroutine reads it
-// while Send may detach it.
-type streamBody struct {
-	mu  sync.Mutex
-	src Stream
-}
-
-func (b *streamBody) Read(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.src.Read(p)
-}
-
-func (b *streamBody) detach() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.src.Detach()
 }
 
 // Result is an attempt's answer and its verdict.
@@ -179,36 +143,22 @@ func (s *Sender) Send(ctx context.Context, a Attempt) Result {
 // send makes one attempt. r.Err is nil when a status line was received.
 func (s *Sender) send(ctx context.Context, a Attempt) (r Result) {
 	sentAt := time.Now()
-	var body io.Reader
-	var use *bodyUse
-	var stream *streamBody
-	if a.Stream != nil && !s.gzip {
-		// Performance: the body is read straight from the events' slabs
-		// (no copy of it per attempt); otherwise the same as below.
-		stream = &streamBody{src: a.Stream(sentAt)}
-		body, r.Sent, r.Plain = stream, stream.src.Len(), stream.src.Len()
-	} else {
-		plain := getBodyBuffer()
-		*plain = a.Body(*plain, sentAt)
-		r.Sent, r.Plain = len(*plain), len(*plain)
-		wire := plain
-		if s.gzip {
-			wire = getBodyBuffer()
-			*wire = s.compress(*wire, *plain)
-			r.Sent = len(*wire)
-			putBodyBuffer(plain, &s.recycled) // the transport reads only the compressed copy
-		}
-		use = newBodyUse(wire, &s.recycled)
-		ctx = httptrace.WithClientTrace(ctx, &use.trace)
-		body = bytes.NewReader(*wire)
+	plain := getBodyBuffer()
+	*plain = a.Body(*plain, sentAt)
+	r.Sent, r.Plain = len(*plain), len(*plain)
+	wire := plain
+	if s.gzip {
+		wire = getBodyBuffer()
+		*wire = s.compress(*wire, *plain)
+		r.Sent = len(*wire)
+		putBodyBuffer(plain, &s.recycled) // the transport reads only the compressed copy
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, body)
+	use := newBodyUse(wire, &s.recycled)
+	ctx = httptrace.WithClientTrace(ctx, &use.trace)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(*wire))
 	if err != nil {
 		r.Err = err
 		return r
-	}
-	if stream != nil {
-		req.ContentLength = int64(r.Sent)
 	}
 	// A retry of net/http's own (a connection that closed under the
 	// request) reads the body again: encoded afresh, byte for byte the
@@ -234,9 +184,7 @@ func (s *Sender) send(ctx context.Context, a Attempt) (r Result) {
 		req.Header["X-Retry-Count"] = []string{strconv.Itoa(a.Retry)}
 	}
 	resp, err := do(s.client, req, s.log) // a panic or a nil response is a transport error (guard.go)
-	if stream != nil {
-		stream.detach() // Do has returned: what the transport still reads is a copy
-	} else if use.released() {
+	if use.released() {
 		use.giveBack() // Do has returned: no retry of its own reads it again
 	}
 	if err != nil {

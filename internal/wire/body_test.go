@@ -2,7 +2,6 @@ package wire
 
 import (
 	"encoding/json"
-	"io"
 	"strings"
 	"testing"
 	"time"
@@ -177,67 +176,4 @@ func TestScratchAimAtSlab(t *testing.T) {
 		}
 	}
 	assert.Greater(t, inPlace, len(sizes)/2, "most events are written in place")
-}
-
-// A BodyReader reads exactly the bytes Encode writes, for every frame
-// (per-event sentAt on and off, extra members, a long write key), events
-// that do and do not end in '}', none at all, whatever the size of the
-// reads; and detached at any point it reads the rest from a copy, leaving
-// the events alone.
-func TestBodyReader(t *testing.T) {
-	sentAt := time.Date(2026, 5, 1, 10, 0, 0, 120000000, time.UTC)
-	bodies := []events{
-		{},
-		{[]byte(`{"type":"track","messageId":"a"}`)},
-		{[]byte(`{"type":"track","messageId":"a"}`), []byte(`1`), []byte(``), []byte(`{"a":"` + strings.Repeat("x", 3000) + `"}`)},
-	}
-	for _, eventSentAt := range []bool{false, true} {
-		for _, extra := range []string{"", `"context":{"x":1}`} {
-			for _, key := range []string{"k", strings.Repeat("k", 300)} {
-				for bi, evs := range bodies {
-					var ex []byte
-					if extra != "" {
-						ex = []byte(extra)
-					}
-					f := NewFrame(key, ex, eventSentAt)
-					want := string(f.Encode(nil, evs, sentAt))
-					for _, chunk := range []int{1, 7, 64, 1 << 20} {
-						r := f.Reader(evs, sentAt)
-						require.Equal(t, len(want), r.Len())
-						got := readAllChunks(t, r, chunk)
-						require.Equal(t, want, got, "sentAt %t, extra %q, body %d, reads of %d", eventSentAt, extra, bi, chunk)
-					}
-					for at := 0; at <= len(want); at += max(1, len(want)/37) {
-						own := make(events, len(evs))
-						for i, d := range evs {
-							own[i] = append([]byte(nil), d...)
-						}
-						r := f.Reader(own, sentAt)
-						head := make([]byte, at)
-						_, err := io.ReadFull(r, head)
-						require.NoError(t, err)
-						r.Detach()
-						for _, d := range own {
-							clear(d) // released: a detached reader must not read them
-						}
-						require.Equal(t, want, string(head)+readAllChunks(t, r, 13), "detached after %d bytes", at)
-					}
-				}
-			}
-		}
-	}
-}
-
-func readAllChunks(t *testing.T, r io.Reader, chunk int) string {
-	var out []byte
-	buf := make([]byte, chunk)
-	for {
-		n, err := r.Read(buf)
-		out = append(out, buf[:n]...)
-		if err == io.EOF {
-			return string(out)
-		}
-		require.NoError(t, err)
-		require.Positive(t, n, "a read of %d bytes returns some or io.EOF", chunk)
-	}
 }

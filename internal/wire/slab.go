@@ -19,8 +19,7 @@ import (
 // gives the rest back in one step, and each disposition gives one back. The
 // count reaches zero when the scratch has moved on and every event is done;
 // the slab then goes back to a pool. An event's JSON is read only between
-// its acceptance and its disposition (a request reads its body from the
-// slabs only until its attempt returns, then from a copy: BodyReader), and
+// its acceptance and its disposition (the request body is a copy), and
 // every accepted event has exactly one disposition, which is what makes
 // this safe. A slab whose count never reaches zero (a scratch dropped by
 // the pool, say) is simply collected.
