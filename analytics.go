@@ -634,9 +634,11 @@ func (c *Client) fastClose() {
 // Stats returns a snapshot of the client's counters. Safe for concurrent
 // use; the counters are read one by one, not as one atomic snapshot.
 func (c *Client) Stats() Stats {
-	st := c.settle.stats.snapshot(int64(c.q.outstanding()), c.limits.bodyLimit(), c.limits.eventLimit())
+	pending, accepted := c.q.counts()
+	st := c.settle.stats.snapshot(int64(pending), accepted, c.limits.bodyLimit(), c.limits.eventLimit())
 	if c.disk != nil {
 		c.disk.addStats(&st, !c.closed.Load())
+		st.Accepted += st.Spilled // accepted to disk only: not queued
 	}
 	return st
 }

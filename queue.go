@@ -23,6 +23,11 @@ type queue struct {
 	openedAt time.Time // when the batch of the oldest queued event opened (R46)
 	closed   bool      // Close was called: enqueue returns ErrClosed
 	ledger   ledger
+	// accepted counts the events queued by enqueue calls (Stats.Accepted,
+	// with durable mode's spilled events). Performance: counted here,
+	// under the mutex the call holds anyway, rather than with an atomic
+	// step of its own per call.
+	accepted int64
 
 	places   *capacity // shared with the waiting room (R43, R44)
 	flushAt  int
@@ -155,6 +160,7 @@ func (q *queue) pushLocked(ev *event) error {
 	slot := &q.ring[q.ringIndex(q.n)]
 	*slot = *ev
 	slot.epoch = q.ledger.add()
+	q.accepted++
 	q.n++
 	before := q.bytes
 	q.bytes += weight(slot.data, q.perEvent)
@@ -412,7 +418,7 @@ func (q *queue) close() bool {
 		return false
 	}
 	q.closed = true
-	q.due.Stop() // what is queued goes at once now
+	q.due.Stop()       // what is queued goes at once now
 	q.places.wakeAll() // blocked EnqueueContext calls return ErrClosed
 	signal(q.ready)
 	return true
@@ -466,6 +472,14 @@ func (q *queue) outstanding() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.ledger.total
+}
+
+// counts are outstanding and the events queued by enqueue calls so far
+// (see accepted), read together.
+func (q *queue) counts() (outstanding int, accepted int64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.ledger.total, q.accepted
 }
 
 // capacity counts the accepted events that are held and not in flight:
