@@ -301,8 +301,8 @@ type counters struct {
 	isolations                             atomic.Int64
 	recuts                                 atomic.Int64 // cuts of an attempted batch before it is sent again (R67); not in Stats
 
-	accepted, rejectedInvalid, rejectedTooLarge, rejectedClosed atomic.Int64
-	rejectedDisk                                                atomic.Int64
+	rejectedInvalid, rejectedTooLarge, rejectedClosed atomic.Int64
+	rejectedDisk                                      atomic.Int64
 
 	// Durable mode (durable.go).
 	replayed    atomic.Int64 // events an earlier client left, less those found not to be events
@@ -311,11 +311,12 @@ type counters struct {
 	diskSkipped atomic.Int64 // replayed records with a valid checksum but no JSON object
 }
 
-// count counts the outcome of one enqueue call and returns err.
+// count counts the outcome of one enqueue call and returns err. An
+// accepted call is counted where its event is queued or spilled instead
+// (queue.accepted, countSpilled), under a lock that call holds anyway.
 func (s *counters) count(err error) error {
 	switch {
 	case err == nil:
-		s.accepted.Add(1)
 	case errors.Is(err, ErrQueueFull):
 		s.dropped.Add(1)
 	case errors.Is(err, ErrClosed):
@@ -333,10 +334,12 @@ func (s *counters) count(err error) error {
 }
 
 // snapshot is Stats as far as the counters tell it: pending is the
-// accepted events without a disposition, bodyLimit and eventLimit the
-// learned limits (0 until learned); what the disk buffer itself tells is
-// added by durable.addStats. The counters are read one by one.
-func (s *counters) snapshot(pending int64, bodyLimit, eventLimit int) Stats {
+// accepted events without a disposition, queued the events queued by
+// enqueue calls (queue.accepted; the calls whose event was spilled to disk
+// only are counted here), bodyLimit and eventLimit the learned limits (0
+// until learned); what the disk buffer itself tells is added by
+// durable.addStats. The counters are read one by one.
+func (s *counters) snapshot(pending, queued int64, bodyLimit, eventLimit int) Stats {
 	return Stats{
 		Delivered:         s.delivered.Load(),
 		Failed:            s.failed.Load(),
@@ -352,7 +355,7 @@ func (s *counters) snapshot(pending int64, bodyLimit, eventLimit int) Stats {
 		BodyLimit:         int64(bodyLimit),
 		EventLimit:        int64(eventLimit),
 
-		Accepted:         s.accepted.Load(),
+		Accepted:         queued + s.spilled.Load(),
 		RejectedInvalid:  s.rejectedInvalid.Load(),
 		RejectedTooLarge: s.rejectedTooLarge.Load(),
 		RejectedClosed:   s.rejectedClosed.Load(),
