@@ -195,6 +195,7 @@ func (r *waitingRoom) rateLimited(now time.Time, d time.Duration, b *batch) (ope
 		opened = true
 	}
 	if now.Sub(r.start) >= r.limit {
+		r.places.holdBatch(b) // like those it fails with (see expireLocked)
 		expired = append(r.expireLocked(), b)
 		r.mu.Unlock()
 		return opened, expired, true
@@ -213,7 +214,9 @@ func (r *waitingRoom) rateLimited(now time.Time, d time.Duration, b *batch) (ope
 
 // expireLocked ends an episode that has lasted MaxRateLimitDuration (R35):
 // it clears the episode and its deadline and takes out every batch that
-// waits for a deadline. Batches waiting for their backoff stay.
+// waits for a deadline. Batches waiting for their backoff stay. The
+// batches taken out keep their places until their OnError has returned
+// (settler.rateLimitExceeded), so that memory stays within R43's bound.
 func (r *waitingRoom) expireLocked() []*batch {
 	r.start, r.deadline = time.Time{}, time.Time{}
 	r.answerProbeLocked() // no episode, no probe: everyone may go
@@ -222,7 +225,6 @@ func (r *waitingRoom) expireLocked() []*batch {
 	for _, w := range r.waiting {
 		if w.b.rateLimited {
 			expired = append(expired, w.b)
-			r.places.releaseBatches(w.b)
 		} else {
 			kept = append(kept, w)
 		}
