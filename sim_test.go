@@ -549,6 +549,8 @@ func simCandidates(sc simScenario) []simScenario {
 		return ch
 	})
 	flag(func(c *simScenario) bool { ch := c.CloseAtMS > 0; c.CloseAtMS /= 2; return ch })
+	flag(func(c *simScenario) bool { ch := c.CrashAtMS > 0; c.CrashAtMS = 0; return ch })
+	flag(func(c *simScenario) bool { ch := c.CrashAtMS > 1; c.CrashAtMS /= 2; return ch })
 	return out
 }
 
