@@ -39,6 +39,7 @@ import (
 var (
 	simSeed      = flag.Uint64("sim.seed", 0, "simulation: run this seed only")
 	simSeeds     = flag.Int("sim.seeds", 0, "simulation: run seeds 1..N (default: the CI set)")
+	simFrom      = flag.Uint64("sim.from", 1, "simulation: with -sim.seeds, the first seed")
 	simScenarioF = flag.String("sim.scenario", "", "simulation: run this scenario (JSON, as a failure prints it)")
 	simFaults    = flag.String("sim.faults", faultMisbehave+","+faultSmallLimit+","+faultDurable, "simulation: fault classes to draw from: all, none, or a comma list of "+faultMisbehave+","+faultSmallLimit+","+faultDurable)
 	simMinWait   = flag.Duration("sim.minwait", 0, "simulation: the shortest counted wait the checker allows (default: the documented one)")
@@ -185,8 +186,8 @@ func TestSimulation(t *testing.T) {
 	case *simSeed != 0:
 		seeds = []uint64{*simSeed}
 	case *simSeeds > 0:
-		for i := 1; i <= *simSeeds; i++ {
-			seeds = append(seeds, uint64(i))
+		for i := range uint64(*simSeeds) {
+			seeds = append(seeds, *simFrom+i)
 		}
 	default:
 		for i := 1; i <= simCISeeds; i++ {
