@@ -14,7 +14,6 @@ import (
 	"time"
 
 	native "github.com/relaykit/analytics-go"
-	"github.com/relaykit/analytics-go/internal/shared"
 	"go.uber.org/zap"
 )
 
@@ -93,43 +92,21 @@ func NewWithConfig(writeKey string, config Config) (Client, error) {
 		return nil, err
 	}
 	c := &client{
-		callback:     config.Callback,
-		closeTimeout: config.CloseTimeout,
-		log:          zapLogger(config.Logger, config.Verbose),
-		pending:      make(map[string][]*pendingMessage),
-		uid:          config.uid,
-		now:          config.now,
+		callback: config.Callback,
+		log:      config.logger(),
+		pending:  make(map[string][]*pendingMessage),
+		uid:      config.uid,
+		now:      config.now,
 	}
 	config = config.accept(c.log)
-	if c.closeTimeout == 0 {
-		c.closeTimeout = DefaultCloseTimeout
-	}
 	if c.uid == nil {
 		c.uid = native.NewMessageID
 	}
 	if c.now == nil {
 		c.now = time.Now
 	}
-	batchCtx := Context{}
-	if config.DefaultContext != nil {
-		batchCtx = *config.DefaultContext // a copy: v3 overwrote the caller's Library
-	}
-	batchCtx.Library = LibraryInfo{Name: native.LibraryName, Version: native.Version}
-	fields, err := json.Marshal(batchCtx)
-	switch {
-	case err != nil:
-		// v3 failed every batch with this error; so does this client, message by message.
-		c.contextErr = err
-		fields = nil
-	case len(fields)+len(`"context":`) > shared.MaxBodyFields:
-		// v3 sent it, and the API refused every request larger than it takes.
-		c.contextErr = fmt.Errorf("analytics: Config.DefaultContext encodes to %d bytes of JSON, "+
-			"more than a request can carry beside a message (%d)", len(fields), shared.MaxBodyFields-len(`"context":`))
-		c.log.Warn(c.contextErr.Error() + "; every message goes to Callback.Failure")
-		fields = nil
-	default:
-		fields = append([]byte(`"context":`), fields...)
-	}
+	fields, err := config.bodyFields(c.log)
+	c.contextErr = err // v3 failed every batch with it; so does this client, message by message
 	switch {
 	case strings.TrimSpace(writeKey) == "":
 		c.log.Warn("analytics: the write key is empty: the API will refuse every request")
@@ -137,26 +114,17 @@ func NewWithConfig(writeKey string, config Config) (Client, error) {
 		c.log.Warn("analytics: the write key has leading or trailing white space (a newline from a secret file?): " +
 			"it is sent as given, and the API will likely refuse every request")
 	}
-	n, err := native.New(writeKey, config.options(c, fields)...)
+	n, err := native.New(writeKey, config.options(c.log, c, fields)...)
 	if err != nil {
 		var ce *native.ConfigError
 		if errors.As(err, &ce) {
-			return nil, ConfigError{Reason: ce.Reason, Field: ce.Field, Value: configValue(config, ce)}
+			return nil, config.refused(ce)
 		}
 		return nil, err
 	}
 	c.native = n
-	c.closeTimeout = n.Config().CloseTimeout // NativeOptions may have changed it
-	retries := "v3's, 100ms doubling up to 10s"
-	if config.RetryAfter != nil {
-		retries = "Config.RetryAfter"
-	}
-	closing := "waits for no retry"
-	if config.DrainOnClose {
-		closing = "retries until every message has its outcome"
-	}
-	c.log.Debug("segment v3 compatibility: waits before a retry are "+retries+"; Close "+closing,
-		zap.Duration("closeTimeout", c.closeTimeout))
+	c.closeTimeout = n.Config().CloseTimeout // Config.CloseTimeout, or what NativeOptions made it
+	c.log.Debug(config.describe(), zap.Duration("closeTimeout", c.closeTimeout))
 	c.enqueueCtx, c.stopEnqueue = context.WithCancel(context.Background())
 	return c, nil
 }
@@ -191,51 +159,8 @@ func (c *client) Enqueue(msg Message) error {
 	if err := msg.Validate(); err != nil { // first, as v3 did, whatever the type
 		return err
 	}
-	var keep Message
-	var send native.Message
-	switch m := msg.(type) {
-	case Track:
-		m.Type = "track"
-		m.MessageId, m.Timestamp = c.stamp(m.MessageId, m.Timestamp)
-		keep = m
-		send = native.Track{MessageID: m.MessageId, UserID: m.UserId, AnonymousID: m.AnonymousId,
-			Event: m.Event, Timestamp: m.Timestamp, Properties: nonEmpty(m.Properties),
-			Context: contextOf(m.Context), Integrations: nonEmpty(m.Integrations)}
-	case Identify:
-		m.Type = "identify"
-		m.MessageId, m.Timestamp = c.stamp(m.MessageId, m.Timestamp)
-		keep = m
-		send = native.Identify{MessageID: m.MessageId, UserID: m.UserId, AnonymousID: m.AnonymousId,
-			Timestamp: m.Timestamp, Traits: nonEmpty(m.Traits),
-			Context: contextOf(m.Context), Integrations: nonEmpty(m.Integrations)}
-	case Group:
-		m.Type = "group"
-		m.MessageId, m.Timestamp = c.stamp(m.MessageId, m.Timestamp)
-		keep = m
-		send = native.Group{MessageID: m.MessageId, UserID: m.UserId, AnonymousID: m.AnonymousId,
-			GroupID: m.GroupId, Timestamp: m.Timestamp, Traits: nonEmpty(m.Traits),
-			Context: contextOf(m.Context), Integrations: nonEmpty(m.Integrations)}
-	case Page:
-		m.Type = "page"
-		m.MessageId, m.Timestamp = c.stamp(m.MessageId, m.Timestamp)
-		keep = m
-		send = native.Page{MessageID: m.MessageId, UserID: m.UserId, AnonymousID: m.AnonymousId,
-			Name: m.Name, Timestamp: m.Timestamp, Properties: nonEmpty(m.Properties),
-			Context: contextOf(m.Context), Integrations: nonEmpty(m.Integrations)}
-	case Screen:
-		m.Type = "screen"
-		m.MessageId, m.Timestamp = c.stamp(m.MessageId, m.Timestamp)
-		keep = m
-		send = native.Screen{MessageID: m.MessageId, UserID: m.UserId, AnonymousID: m.AnonymousId,
-			Name: m.Name, Timestamp: m.Timestamp, Properties: nonEmpty(m.Properties),
-			Context: contextOf(m.Context), Integrations: nonEmpty(m.Integrations)}
-	case Alias:
-		m.Type = "alias"
-		m.MessageId, m.Timestamp = c.stamp(m.MessageId, m.Timestamp)
-		keep = m
-		send = native.Alias{MessageID: m.MessageId, UserID: m.UserId, PreviousID: m.PreviousId,
-			Timestamp: m.Timestamp, Context: contextOf(m.Context), Integrations: nonEmpty(m.Integrations)}
-	default:
+	keep, send, ok := engineMessage(msg, c.stamp)
+	if !ok {
 		return fmt.Errorf("messages with custom types cannot be enqueued: %T", msg)
 	}
 	if c.contextErr != nil {
@@ -285,20 +210,6 @@ func dereference(msg Message) (Message, error) {
 		return nil, fmt.Errorf("analytics: cannot enqueue a nil %T", msg)
 	}
 	return msg, nil
-}
-
-// configValue is the value a ConfigError of the engine reports, taken from
-// config (the engine's own Value may be a description of it).
-func configValue(config Config, ce *native.ConfigError) interface{} {
-	switch ce.Field {
-	case "Endpoint":
-		return config.Endpoint
-	case "Interval", "FlushInterval":
-		return config.Interval
-	case "BatchSize", "FlushAt":
-		return config.BatchSize
-	}
-	return ce.Value
 }
 
 // send hands m to the engine, waiting while the queue is full; keep is the
@@ -493,16 +404,6 @@ func (c *client) Flush(ctx context.Context) error {
 	return err
 }
 
-// contextOf returns the context map of a message, nil without one (the
-// event then has no context, as in v3). DefaultContext is not merged: it
-// is the request body's context.
-func contextOf(ctx *Context) map[string]interface{} {
-	if ctx == nil {
-		return nil
-	}
-	return ctx.fields(len(ctx.Extra) + 4)
-}
-
 // stamp fills an empty id and timestamp as v3 did: from the id generator
 // (a random UUID) and the clock (now, here in UTC).
 func (c *client) stamp(id string, ts time.Time) (string, time.Time) {
@@ -513,15 +414,6 @@ func (c *client) stamp(id string, ts time.Time) (string, time.Time) {
 		ts = c.now().UTC()
 	}
 	return id, ts
-}
-
-// nonEmpty returns m as the engine's map type, nil when empty: v3 left
-// empty maps out of the JSON, the engine writes any non-nil map.
-func nonEmpty[M ~map[string]interface{}](m M) map[string]interface{} {
-	if len(m) == 0 {
-		return nil
-	}
-	return m
 }
 
 // failedClient is what New returns when the configuration is invalid (an

@@ -191,8 +191,14 @@ func v3RetryAfter(k int) time.Duration {
 }
 
 // options translates c into the engine's options; c has passed validate
-// and accept. batchFields are the request body's extra top-level members.
-func (c Config) options(cl *client, batchFields []byte) []native.Option {
+// and accept. log is the client's logger (see logger), cl the client that
+// receives the outcomes and batchFields the request body's extra top-level
+// members (see bodyFields).
+func (c Config) options(log *zap.Logger, cl *client, batchFields []byte) []native.Option {
+	closeTimeout := c.CloseTimeout
+	if closeTimeout == 0 {
+		closeTimeout = DefaultCloseTimeout
+	}
 	compat := shared.Compat{
 		BodyFields:  batchFields,
 		NoLibrary:   true,
@@ -210,10 +216,10 @@ func (c Config) options(cl *client, batchFields []byte) []native.Option {
 		compat.RetryDelay = cl.retryDelay(c.RetryAfter)
 	}
 	opts := []native.Option{
-		native.WithLogger(cl.log),
+		native.WithLogger(log),
 		shared.CompatOption(compat).(native.Option),
 		native.WithMaxRetries(v3MaxRetries),
-		native.WithCloseTimeout(cl.closeTimeout),
+		native.WithCloseTimeout(closeTimeout),
 	}
 	if c.Endpoint != "" {
 		opts = append(opts, native.WithEndpoint(c.Endpoint))
@@ -274,4 +280,61 @@ func (c Config) accept(log *zap.Logger) Config {
 		c.BatchSize = native.MaxFlushAt
 	}
 	return c
+}
+
+// logger is the client's logger: Logger, with debug lines when Verbose,
+// or standard error when Verbose is set without one (see zapLogger).
+func (c Config) logger() *zap.Logger { return zapLogger(c.Logger, c.Verbose) }
+
+// bodyFields returns the request body's extra top-level members: the
+// "context" member with DefaultContext (see requestContext). When
+// DefaultContext cannot be encoded, or leaves no room for a message in a
+// request (which is logged once at WARN), it returns instead the error
+// every message fails with.
+func (c Config) bodyFields(log *zap.Logger) ([]byte, error) {
+	fields, err := requestContext(c.DefaultContext)
+	switch {
+	case err != nil:
+		return nil, err
+	case len(fields)+len(`"context":`) > shared.MaxBodyFields:
+		// v3 sent it, and the API refused every request larger than it takes.
+		err = fmt.Errorf("analytics: Config.DefaultContext encodes to %d bytes of JSON, "+
+			"more than a request can carry beside a message (%d)", len(fields), shared.MaxBodyFields-len(`"context":`))
+		log.Warn(err.Error() + "; every message goes to Callback.Failure")
+		return nil, err
+	}
+	return append([]byte(`"context":`), fields...), nil
+}
+
+// describe is the debug line NewWithConfig logs: how the client waits
+// before a retry and how Close ends.
+func (c Config) describe() string {
+	retries := "v3's, 100ms doubling up to 10s"
+	if c.RetryAfter != nil {
+		retries = "Config.RetryAfter"
+	}
+	closing := "waits for no retry"
+	if c.DrainOnClose {
+		closing = "retries until every message has its outcome"
+	}
+	return "segment v3 compatibility: waits before a retry are " + retries + "; Close " + closing
+}
+
+// refused is the ConfigError NewWithConfig returns for the engine's ce.
+func (c Config) refused(ce *native.ConfigError) ConfigError {
+	return ConfigError{Reason: ce.Reason, Field: ce.Field, Value: c.value(ce)}
+}
+
+// value is the value a ConfigError of the engine reports, taken from c
+// (the engine's own Value may be a description of it).
+func (c Config) value(ce *native.ConfigError) interface{} {
+	switch ce.Field {
+	case "Endpoint":
+		return c.Endpoint
+	case "Interval", "FlushInterval":
+		return c.Interval
+	case "BatchSize", "FlushAt":
+		return c.BatchSize
+	}
+	return ce.Value
 }

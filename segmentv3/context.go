@@ -3,6 +3,8 @@ package analytics
 import (
 	"encoding/json"
 	"net"
+
+	native "github.com/relaykit/analytics-go"
 )
 
 // Context is the context object of a message
@@ -188,4 +190,26 @@ func (ctx Context) fields(size int) map[string]interface{} {
 		m["traits"] = ctx.Traits
 	}
 	return m
+}
+
+// contextOf returns the context map of a message, nil without one (the
+// event then has no context, as in v3). DefaultContext is not merged: it
+// is the request body's context.
+func contextOf(ctx *Context) map[string]interface{} {
+	if ctx == nil {
+		return nil
+	}
+	return ctx.fields(len(ctx.Extra) + 4)
+}
+
+// requestContext is the JSON of a request body's context: def (none when
+// nil) with Library set to this client's name and version, in a copy (v3
+// overwrote the caller's Library).
+func requestContext(def *Context) ([]byte, error) {
+	ctx := Context{}
+	if def != nil {
+		ctx = *def
+	}
+	ctx.Library = LibraryInfo{Name: native.LibraryName, Version: native.Version}
+	return json.Marshal(ctx)
 }

@@ -3,6 +3,8 @@ package analytics
 import (
 	"fmt"
 	"time"
+
+	native "github.com/relaykit/analytics-go"
 )
 
 // Callback receives the outcome of every message a Client accepted. Set it
@@ -222,4 +224,110 @@ func (msg Track) Validate() error {
 		return missing("Track", "Event", msg.Event)
 	}
 	return identity("Track", msg.UserId, msg.AnonymousId)
+}
+
+// engineMessage returns msg, one of the six message types (not a pointer),
+// as the callbacks receive it (with Type set, and MessageId and Timestamp
+// filled by stamp when empty), and the engine's message for it. ok is
+// false for any other type.
+func engineMessage(msg Message, stamp func(id string, ts time.Time) (string, time.Time)) (keep Message, send native.Message, ok bool) {
+	switch m := msg.(type) {
+	case Track:
+		m.Type = "track"
+		m.MessageId, m.Timestamp = stamp(m.MessageId, m.Timestamp)
+		keep = m
+		send = native.Track{MessageID: m.MessageId, UserID: m.UserId, AnonymousID: m.AnonymousId,
+			Event: m.Event, Timestamp: m.Timestamp, Properties: nonEmpty(m.Properties),
+			Context: contextOf(m.Context), Integrations: nonEmpty(m.Integrations)}
+	case Identify:
+		m.Type = "identify"
+		m.MessageId, m.Timestamp = stamp(m.MessageId, m.Timestamp)
+		keep = m
+		send = native.Identify{MessageID: m.MessageId, UserID: m.UserId, AnonymousID: m.AnonymousId,
+			Timestamp: m.Timestamp, Traits: nonEmpty(m.Traits),
+			Context: contextOf(m.Context), Integrations: nonEmpty(m.Integrations)}
+	case Group:
+		m.Type = "group"
+		m.MessageId, m.Timestamp = stamp(m.MessageId, m.Timestamp)
+		keep = m
+		send = native.Group{MessageID: m.MessageId, UserID: m.UserId, AnonymousID: m.AnonymousId,
+			GroupID: m.GroupId, Timestamp: m.Timestamp, Traits: nonEmpty(m.Traits),
+			Context: contextOf(m.Context), Integrations: nonEmpty(m.Integrations)}
+	case Page:
+		m.Type = "page"
+		m.MessageId, m.Timestamp = stamp(m.MessageId, m.Timestamp)
+		keep = m
+		send = native.Page{MessageID: m.MessageId, UserID: m.UserId, AnonymousID: m.AnonymousId,
+			Name: m.Name, Timestamp: m.Timestamp, Properties: nonEmpty(m.Properties),
+			Context: contextOf(m.Context), Integrations: nonEmpty(m.Integrations)}
+	case Screen:
+		m.Type = "screen"
+		m.MessageId, m.Timestamp = stamp(m.MessageId, m.Timestamp)
+		keep = m
+		send = native.Screen{MessageID: m.MessageId, UserID: m.UserId, AnonymousID: m.AnonymousId,
+			Name: m.Name, Timestamp: m.Timestamp, Properties: nonEmpty(m.Properties),
+			Context: contextOf(m.Context), Integrations: nonEmpty(m.Integrations)}
+	case Alias:
+		m.Type = "alias"
+		m.MessageId, m.Timestamp = stamp(m.MessageId, m.Timestamp)
+		keep = m
+		send = native.Alias{MessageID: m.MessageId, UserID: m.UserId, PreviousID: m.PreviousId,
+			Timestamp: m.Timestamp, Context: contextOf(m.Context), Integrations: nonEmpty(m.Integrations)}
+	default:
+		return nil, nil, false
+	}
+	return keep, send, true
+}
+
+// nonEmpty returns m as the engine's map type, nil when empty: v3 left
+// empty maps out of the JSON, the engine writes any non-nil map.
+func nonEmpty[M ~map[string]interface{}](m M) map[string]interface{} {
+	if len(m) == 0 {
+		return nil
+	}
+	return m
+}
+
+// FieldGetter is a message held as a generic object, such as a decoded
+// JSON map, that ValidateFields can check (v3.3.0).
+type FieldGetter interface {
+	// GetField returns the value of the JSON field named field ("type",
+	// "userId", "event", …) and whether it is set.
+	GetField(field string) (interface{}, bool)
+}
+
+// ValidateFields checks msg as the Validate method of its type would: the
+// field "type" ("alias", "group", "identify", "page", "screen" or
+// "track") picks the type, and the fields that type requires must be
+// non-empty strings. It returns nil, or the FieldError that Validate
+// would return. Without a known type it returns a FieldError for
+// analytics.Event's Type with the type's value. From v3.3.0.
+func ValidateFields(msg FieldGetter) error {
+	typ, _ := msg.GetField("type")
+	name, _ := typ.(string)
+	switch name {
+	case "alias":
+		return Alias{UserId: stringField(msg, "userId"), PreviousId: stringField(msg, "previousId")}.Validate()
+	case "group":
+		return Group{UserId: stringField(msg, "userId"), AnonymousId: stringField(msg, "anonymousId"),
+			GroupId: stringField(msg, "groupId")}.Validate()
+	case "identify":
+		return Identify{UserId: stringField(msg, "userId"), AnonymousId: stringField(msg, "anonymousId")}.Validate()
+	case "page":
+		return Page{UserId: stringField(msg, "userId"), AnonymousId: stringField(msg, "anonymousId")}.Validate()
+	case "screen":
+		return Screen{UserId: stringField(msg, "userId"), AnonymousId: stringField(msg, "anonymousId")}.Validate()
+	case "track":
+		return Track{UserId: stringField(msg, "userId"), AnonymousId: stringField(msg, "anonymousId"),
+			Event: stringField(msg, "event")}.Validate()
+	}
+	return FieldError{Type: "analytics.Event", Name: "Type", Value: typ}
+}
+
+// stringField is msg's field as a string; "" when it is absent or not a
+// string.
+func stringField(msg FieldGetter, field string) string {
+	v, _ := msg.GetField(field)
+	s, _ := v.(string)
+	return s
 }

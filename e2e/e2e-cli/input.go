@@ -85,6 +85,63 @@ var sdkFields = map[string]string{
 	"OAuth.AuthServer":        "config.oauth.authServer",
 }
 
+// newClient builds the client the input configures (apiHost and config),
+// with the CLI's own options first.
+func (p *plan) newClient(own ...analytics.Option) (*analytics.Client, error) {
+	return analytics.New(p.writeKey, append(own, p.opts...)...)
+}
+
+// ids returns the messageId ev is sent with (the input's, or one from the
+// SDK's own generator: the CLI stamps the ids it needs to correlate
+// callbacks with input events, and the SDK sends a given id unchanged, R2)
+// and the input's ("" when it has none).
+func (ev inputEvent) ids() (sent, input string) {
+	sent = ev.MessageID
+	if sent == "" {
+		sent = analytics.NewMessageID()
+	}
+	return sent, ev.MessageID
+}
+
+// enqueue calls the SDK method that matches the event's type, with id as
+// its messageId.
+func (ev inputEvent) enqueue(c *analytics.Client, id string) error {
+	switch ev.Type {
+	case "track":
+		return c.Track(analytics.Track{
+			MessageID: id, UserID: ev.UserID, AnonymousID: ev.AnonymousID, Event: ev.Event,
+			Timestamp: ev.timestamp, Properties: ev.Properties, Context: ev.Context, Integrations: ev.Integrations,
+		})
+	case "identify":
+		return c.Identify(analytics.Identify{
+			MessageID: id, UserID: ev.UserID, AnonymousID: ev.AnonymousID,
+			Timestamp: ev.timestamp, Traits: ev.Traits, Context: ev.Context, Integrations: ev.Integrations,
+		})
+	case "group":
+		return c.Group(analytics.Group{
+			MessageID: id, UserID: ev.UserID, AnonymousID: ev.AnonymousID, GroupID: ev.GroupID,
+			Timestamp: ev.timestamp, Traits: ev.Traits, Context: ev.Context, Integrations: ev.Integrations,
+		})
+	case "page":
+		return c.Page(analytics.Page{
+			MessageID: id, UserID: ev.UserID, AnonymousID: ev.AnonymousID, Name: ev.Name, Category: ev.Category,
+			Timestamp: ev.timestamp, Properties: ev.Properties, Context: ev.Context, Integrations: ev.Integrations,
+		})
+	case "screen":
+		return c.Screen(analytics.Screen{
+			MessageID: id, UserID: ev.UserID, AnonymousID: ev.AnonymousID, Name: ev.Name, Category: ev.Category,
+			Timestamp: ev.timestamp, Properties: ev.Properties, Context: ev.Context, Integrations: ev.Integrations,
+		})
+	case "alias":
+		return c.Alias(analytics.Alias{
+			MessageID: id, UserID: ev.UserID, AnonymousID: ev.AnonymousID, PreviousID: ev.PreviousID,
+			Timestamp: ev.timestamp, Context: ev.Context, Integrations: ev.Integrations,
+		})
+	}
+	// parseEvent admits only the six types above.
+	return fmt.Errorf("unknown event type %q", ev.Type)
+}
+
 // configError names the input field of an error returned by analytics.New.
 func configError(err error) error {
 	var ce *analytics.ConfigError

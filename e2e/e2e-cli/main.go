@@ -34,11 +34,7 @@ func main() {
 
 // run is the whole CLI; it returns the exit code.
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fail := func(err error) int {
-		fmt.Fprintf(stderr, "e2e-cli: %s\n", err)
-		writeLine(stdout, failureOutput{Error: err.Error()})
-		return 1
-	}
+	fail := func(err error) int { return printFailure(stdout, stderr, err) }
 	fl, err := parseFlags(args, stderr)
 	if err != nil {
 		return fail(err)
@@ -58,17 +54,15 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	defer func() { _ = log.Sync() }()
 
-	rec := newRecorder()
-	rec.durable = p.durable
+	rec := newRecorder(p.durable)
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	defer transport.CloseIdleConnections()
-	opts := append([]analytics.Option{
+	client, err := p.newClient(
 		analytics.WithLogger(log),
-		analytics.WithHTTPClient(&http.Client{Transport: &observingTransport{base: transport, rec: rec}}),
+		analytics.WithHTTPClient(&http.Client{Transport: rec.observe(transport)}),
 		analytics.WithOnSuccess(rec.onSuccess),
 		analytics.WithOnError(rec.onError),
-	}, p.opts...)
-	client, err := analytics.New(p.writeKey, opts...)
+	)
 	if err != nil {
 		return fail(configError(err))
 	}
@@ -83,12 +77,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		for _, ev := range seq.events {
 			// The CLI stamps the ids it needs to correlate callbacks with
 			// input events; the SDK sends a given id unchanged (R2).
-			id := ev.MessageID
-			if id == "" {
-				id = analytics.NewMessageID() // the SDK's own generator
-			}
-			n := rec.add(id, ev.MessageID)
-			if err := enqueue(client, ev, id); err != nil {
+			id, inputID := ev.ids()
+			n := rec.add(id, inputID)
+			if err := ev.enqueue(client, id); err != nil {
 				rec.reject(n, err)
 				cli.Debug("enqueue rejected", zap.Int("sequence", i), zap.String("messageId", id), zap.Error(err))
 			}
@@ -98,12 +89,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			start := time.Now()
 			err := client.Flush(ctx)
 			cancel()
-			f := flushOutput{Sequence: i, MS: time.Since(start).Milliseconds()}
-			if err != nil {
-				f.Error = err.Error()
-			}
-			cli.Debug("flush returned", zap.Int("sequence", i), zap.Int64("ms", f.MS), zap.Error(err))
-			flushes = append(flushes, f)
+			took := time.Since(start)
+			cli.Debug("flush returned", zap.Int("sequence", i), zap.Int64("ms", took.Milliseconds()), zap.Error(err))
+			flushes = append(flushes, newFlushOutput(i, took, err))
 		}
 	}
 
@@ -119,69 +107,15 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		ctx, cancel := context.WithTimeout(context.Background(), p.closeTimeout)
 		closeErr2 := client.Close(ctx)
 		cancel()
-		after = &afterCloseState{
-			TrackError: errText(trackErr), TrackKind: kind(trackErr),
-			CloseError: errText(closeErr2), CloseKind: kind(closeErr2),
-		}
+		after = newAfterClose(trackErr, closeErr2)
 	}
 
 	if p.durable {
 		rec.kept(client.Stats().OnDisk) // after Close: the events it kept on disk, without a callback
 	}
-	out, notes := rec.report()
-	notes = append(notes, accounting(client, len(rec.events)-out.Rejected)...)
-	out.Flushes = flushes
-	out.CloseError = errText(closeErr)
-	out.AfterClose = after
-	for _, n := range notes {
-		fmt.Fprintf(stderr, "e2e-cli: warning: %s\n", n)
-	}
-	if !out.Success {
-		fmt.Fprintf(stderr, "e2e-cli: %s\n", out.Error)
-	}
-	writeLine(stdout, out)
-	if out.Success {
-		return 0
-	}
-	return 1
-}
-
-// enqueue calls the SDK method that matches the event's type.
-func enqueue(c *analytics.Client, ev inputEvent, id string) error {
-	switch ev.Type {
-	case "track":
-		return c.Track(analytics.Track{
-			MessageID: id, UserID: ev.UserID, AnonymousID: ev.AnonymousID, Event: ev.Event,
-			Timestamp: ev.timestamp, Properties: ev.Properties, Context: ev.Context, Integrations: ev.Integrations,
-		})
-	case "identify":
-		return c.Identify(analytics.Identify{
-			MessageID: id, UserID: ev.UserID, AnonymousID: ev.AnonymousID,
-			Timestamp: ev.timestamp, Traits: ev.Traits, Context: ev.Context, Integrations: ev.Integrations,
-		})
-	case "group":
-		return c.Group(analytics.Group{
-			MessageID: id, UserID: ev.UserID, AnonymousID: ev.AnonymousID, GroupID: ev.GroupID,
-			Timestamp: ev.timestamp, Traits: ev.Traits, Context: ev.Context, Integrations: ev.Integrations,
-		})
-	case "page":
-		return c.Page(analytics.Page{
-			MessageID: id, UserID: ev.UserID, AnonymousID: ev.AnonymousID, Name: ev.Name, Category: ev.Category,
-			Timestamp: ev.timestamp, Properties: ev.Properties, Context: ev.Context, Integrations: ev.Integrations,
-		})
-	case "screen":
-		return c.Screen(analytics.Screen{
-			MessageID: id, UserID: ev.UserID, AnonymousID: ev.AnonymousID, Name: ev.Name, Category: ev.Category,
-			Timestamp: ev.timestamp, Properties: ev.Properties, Context: ev.Context, Integrations: ev.Integrations,
-		})
-	case "alias":
-		return c.Alias(analytics.Alias{
-			MessageID: id, UserID: ev.UserID, AnonymousID: ev.AnonymousID, PreviousID: ev.PreviousID,
-			Timestamp: ev.timestamp, Context: ev.Context, Integrations: ev.Integrations,
-		})
-	}
-	// parseEvent admits only the six types above.
-	return fmt.Errorf("unknown event type %q", ev.Type)
+	out, notes := rec.report(flushes, closeErr, after)
+	notes = append(notes, accounting(client, rec.accepted())...)
+	return out.print(stdout, stderr, notes)
 }
 
 // cliFlags are the command-line flags.
@@ -248,13 +182,6 @@ func newDebugLogger(stderr io.Writer) *zap.Logger {
 	w := zapcore.Lock(zapcore.AddSync(stderr)) // the SDK logs from several goroutines
 	core := zapcore.NewCore(zapcore.NewConsoleEncoder(zap.NewDevelopmentEncoderConfig()), w, zapcore.DebugLevel)
 	return zap.New(core, zap.Development(), zap.AddCaller(), zap.AddStacktrace(zapcore.WarnLevel), zap.ErrorOutput(w))
-}
-
-func errText(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
 }
 
 // accounting checks the client's counters once Close has returned: every

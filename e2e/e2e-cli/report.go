@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/relaykit/analytics-go"
 )
@@ -87,8 +88,11 @@ type recorder struct {
 	keptOnDisk  int64 // durable mode: events Close kept in the disk buffer, which get no callback (Stats.OnDisk)
 }
 
-func newRecorder() *recorder {
-	return &recorder{byID: map[string][]int{}, lastStatus: map[string]int{}}
+// newRecorder returns an empty recorder; durable says that the client
+// has a disk buffer (config.diskBufferDir), from which events of an
+// earlier run may be replayed.
+func newRecorder(durable bool) *recorder {
+	return &recorder{byID: map[string][]int{}, lastStatus: map[string]int{}, durable: durable}
 }
 
 // add registers an event before it is enqueued, so a callback that runs
@@ -181,6 +185,20 @@ func (r *recorder) settle(id, outcome string, err error) {
 	}
 }
 
+// accepted counts the input events the client accepted (all but those
+// whose enqueue was rejected).
+func (r *recorder) accepted() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, ev := range r.events {
+		if ev.rejectErr == nil {
+			n++
+		}
+	}
+	return n
+}
+
 // noteStatus records the status of a response to a request carrying ids.
 func (r *recorder) noteStatus(ids []string, status int) {
 	r.mu.Lock()
@@ -198,6 +216,12 @@ func (r *recorder) noteStatus(ids []string, status int) {
 type observingTransport struct {
 	base http.RoundTripper
 	rec  *recorder
+}
+
+// observe returns a RoundTripper that makes requests with base and reports
+// their statuses to r.
+func (r *recorder) observe(base http.RoundTripper) http.RoundTripper {
+	return &observingTransport{base: base, rec: r}
 }
 
 func (t *observingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -301,6 +325,12 @@ type flushOutput struct {
 	Error    string `json:"error,omitempty"`
 }
 
+// newFlushOutput is the record of sequence i's Flush, which took took and
+// returned err.
+func newFlushOutput(i int, took time.Duration, err error) flushOutput {
+	return flushOutput{Sequence: i, MS: took.Milliseconds(), Error: errText(err)}
+}
+
 type afterCloseState struct {
 	TrackError string `json:"trackError"`
 	TrackKind  string `json:"trackKind"`
@@ -308,12 +338,25 @@ type afterCloseState struct {
 	CloseKind  string `json:"closeKind"`
 }
 
-// report builds the output from the recorded state; call it after Close.
-// It also returns notes for stderr about anything that breaks INV1.
-func (r *recorder) report() (output, []string) {
+// newAfterClose is the record of the Track call after Close, which
+// returned trackErr, and of the second Close, which returned closeErr.
+func newAfterClose(trackErr, closeErr error) *afterCloseState {
+	return &afterCloseState{
+		TrackError: errText(trackErr), TrackKind: kind(trackErr),
+		CloseError: errText(closeErr), CloseKind: kind(closeErr),
+	}
+}
+
+// report builds the output from the recorded state and the run's flushes,
+// Close error and after-Close record; call it after Close. It also returns
+// notes for stderr about anything that breaks INV1.
+func (r *recorder) report(flushes []flushOutput, closeErr error, after *afterCloseState) (output, []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := output{SentBatches: r.sentBatches, Events: make([]eventOutput, 0, len(r.events))}
+	out := output{
+		SentBatches: r.sentBatches, Events: make([]eventOutput, 0, len(r.events)),
+		Flushes: flushes, CloseError: errText(closeErr), AfterClose: after,
+	}
 	var notes []string
 	missing := 0
 	for _, ev := range r.events {
@@ -387,6 +430,39 @@ func (r *recorder) report() (output, []string) {
 		out.Success = true
 	}
 	return out, notes
+}
+
+// print writes notes as warnings and, when the run failed, its error to
+// stderr, then the output line to stdout; it returns the exit code: 0
+// exactly when the line says "success": true.
+func (o output) print(stdout, stderr io.Writer, notes []string) int {
+	for _, n := range notes {
+		fmt.Fprintf(stderr, "e2e-cli: warning: %s\n", n)
+	}
+	if !o.Success {
+		fmt.Fprintf(stderr, "e2e-cli: %s\n", o.Error)
+	}
+	writeLine(stdout, o)
+	if o.Success {
+		return 0
+	}
+	return 1
+}
+
+// printFailure reports err, for input that never reached the SDK: on
+// stderr, and as the output line (failureOutput) on stdout. It returns the
+// exit code, 1.
+func printFailure(stdout, stderr io.Writer, err error) int {
+	fmt.Fprintf(stderr, "e2e-cli: %s\n", err)
+	writeLine(stdout, failureOutput{Error: err.Error()})
+	return 1
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }
 
 // writeLine prints v as one JSON line. HTML characters stay as they are, so

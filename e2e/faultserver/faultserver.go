@@ -228,11 +228,7 @@ func (o Options) clone() Options {
 		r.Responses = append([]Response(nil), r.Responses...)
 		c.Rules[i] = r
 	}
-	if o.Token != nil {
-		t := *o.Token
-		t.Script = append([]Response(nil), o.Token.Script...)
-		c.Token = &t
-	}
+	c.Token = o.Token.clone()
 	return c
 }
 
@@ -540,8 +536,8 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	opts := s.opts
 	s.mu.Unlock()
 	defer s.handlers.Done()
-	if isTokenRequest(&opts, r) {
-		s.handleToken(w, r, opts.Token)
+	if opts.Token.serves(r) {
+		s.serveToken(w, r, opts.Token)
 		return
 	}
 
@@ -627,17 +623,8 @@ func pick(list []Response, i int) Response {
 
 // serve carries out resp for rec.
 func (s *Server) serve(w http.ResponseWriter, r *http.Request, rec *Request, resp Response) {
-	if resp.Delay > 0 {
-		t := time.NewTimer(resp.Delay)
-		select {
-		case <-t.C:
-		case <-r.Context().Done():
-			t.Stop()
-			s.abort(rec)
-		case <-s.done:
-			t.Stop()
-			s.abort(rec)
-		}
+	if !s.hold(r, resp.Delay) {
+		s.abort(rec)
 	}
 	switch {
 	case resp.CloseWithoutResponse:
@@ -660,6 +647,32 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, rec *Request, res
 		_ = http.NewResponseController(w).Flush()
 		s.finish(rec)
 	}
+}
+
+// hold waits d before an answer is written; false when the client went
+// away or the server was closed first.
+func (s *Server) hold(r *http.Request, d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-r.Context().Done():
+	case <-s.done:
+	}
+	return false
+}
+
+// update changes the server's state with f under s.mu and wakes the
+// waiters (waitFor).
+func (s *Server) update(f func()) {
+	s.mu.Lock()
+	f()
+	s.notifyLocked()
+	s.mu.Unlock()
 }
 
 // abort marks rec aborted and closes the connection without a response.
@@ -758,6 +771,62 @@ func (s *Server) switchProtocols(w http.ResponseWriter, rec *Request, resp Respo
 		_, _ = io.Copy(io.Discard, conn) // hold: returns when either side closes
 	}
 	s.finish(rec)
+}
+
+// TokenURL returns the token endpoint's base URL for the SDK's
+// OAuthConfig.AuthServer: the server's URL (the SDK appends "/token").
+func (s *Server) TokenURL() string { return s.url }
+
+// TokenRequests returns a copy of the records of all token requests so far.
+func (s *Server) TokenRequests() []TokenRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.token.records()
+}
+
+// WaitTokenRequests blocks until at least n token requests have been
+// answered (or abandoned) and returns all records; errors as for
+// WaitRequests.
+func (s *Server) WaitTokenRequests(ctx context.Context, n int) ([]TokenRequest, error) {
+	_, err := s.waitFor(ctx, func() bool { return s.token.finished(n) })
+	return s.TokenRequests(), err
+}
+
+// serveToken answers one request to the token endpoint: token.go verifies
+// it and decides the answer, which is served here as the tracking API's
+// are, except that CloseWithoutResponse and an abandoned Delay close the
+// connection without hijacking it and that TruncateBody and
+// SwitchProtocols are not served.
+func (s *Server) serveToken(w http.ResponseWriter, r *http.Request, o *TokenOptions) {
+	rec := newTokenRequest(r, o)
+	var resp Response
+	s.update(func() { resp = s.token.answer(rec, o) })
+	defer s.update(rec.finish)
+	if !s.hold(r, resp.Delay) || resp.CloseWithoutResponse {
+		panic(http.ErrAbortHandler) // closes the connection, sends nothing
+	}
+	h := w.Header()
+	setHeaders(h, resp)
+	h.Set("Cache-Control", "no-store")
+	status := resp.StatusCode()
+	s.update(func() { rec.answered(status) })
+	w.WriteHeader(status)
+	_, _ = io.WriteString(w, resp.Body)
+}
+
+// bearerCheck applies TokenOptions.RequireBearer to a tracking API request;
+// ok is false with the rejection when the request has no valid token.
+func (s *Server) bearerCheck(rec *Request, opts Options) (Response, bool) {
+	s.mu.Lock()
+	ok := s.token.admits(opts.Token, rec.Header.Get("Authorization"), time.Now())
+	s.mu.Unlock()
+	if ok {
+		return Response{}, true
+	}
+	return Response{
+		Status: http.StatusUnauthorized,
+		Body:   `{"code":"invalid_token","message":"missing, unknown or expired bearer token"}`,
+	}, false
 }
 
 // URLAs returns the server's base URL with host in place of 127.0.0.1,

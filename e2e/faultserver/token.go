@@ -1,7 +1,6 @@
 package faultserver
 
 import (
-	"context"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
@@ -55,8 +54,9 @@ type TokenOptions struct {
 	// Script answers verified token requests by their index among verified
 	// requests; the last entry repeats. A 200 entry with an empty Body
 	// issues a fresh token ("fs-token-<n>", n counting issued tokens from
-	// 1). Empty: always issue a token. Delay, CloseWithoutResponse and
-	// TruncateBody work as for the tracking API.
+	// 1). Empty: always issue a token. Delay and CloseWithoutResponse work
+	// as for the tracking API; TruncateBody and SwitchProtocols are not
+	// served (the entry is answered as a plain response).
 	Script []Response
 	// RequireBearer makes the tracking API answer 401
 	// {"code":"invalid_token"} (before Respond, Rules and Script) to a
@@ -120,119 +120,113 @@ func GenerateKey() (privatePEM []byte, public *rsa.PublicKey, err error) {
 	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), &key.PublicKey, nil
 }
 
-// TokenURL returns the token endpoint's base URL for the SDK's
-// OAuthConfig.AuthServer: the server's URL (the SDK appends "/token").
-func (s *Server) TokenURL() string { return s.url }
+// clone returns a copy of o whose Script may be kept while the caller's
+// changes; nil for nil.
+func (o *TokenOptions) clone() *TokenOptions {
+	if o == nil {
+		return nil
+	}
+	c := *o
+	c.Script = append([]Response(nil), o.Script...)
+	return &c
+}
 
-// TokenRequests returns a copy of the records of all token requests so far.
-func (s *Server) TokenRequests() []TokenRequest {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]TokenRequest, len(s.token.reqs))
-	for i, r := range s.token.reqs {
+// serves reports whether r is for the token endpoint; a nil o (no token
+// endpoint) serves nothing.
+func (o *TokenOptions) serves(r *http.Request) bool {
+	return o != nil && r.URL.Path == o.path()
+}
+
+// newTokenRequest reads and verifies a token request; the record says
+// whether it checked out.
+func newTokenRequest(r *http.Request, o *TokenOptions) *TokenRequest {
+	arrived := time.Now()
+	raw, _ := io.ReadAll(io.LimitReader(r.Body, maxReadBytes))
+	form, _ := url.ParseQuery(string(raw))
+	rec := &TokenRequest{Arrived: arrived, Form: form}
+	rec.Problem = o.verify(r, form, rec)
+	rec.Verified = rec.Problem == ""
+	return rec
+}
+
+// answered records the status answered to the request.
+func (r *TokenRequest) answered(status int) { r.Status = status }
+
+// finish records that the server is done with the request.
+func (r *TokenRequest) finish() { r.finished = true }
+
+// answer records rec and decides its answer: a 401 when it failed
+// verification, else the script's entry, with a fresh token in a 200 whose
+// Body is empty. The caller holds Server.mu.
+func (t *tokenState) answer(rec *TokenRequest, o *TokenOptions) Response {
+	rec.Index = len(t.reqs)
+	t.reqs = append(t.reqs, rec)
+	if !rec.Verified {
+		body, _ := json.Marshal(map[string]string{"error": "invalid_client", "error_description": rec.Problem})
+		return Reply(http.StatusUnauthorized, string(body))
+	}
+	var resp Response
+	if len(o.Script) > 0 {
+		resp = pick(o.Script, t.verified)
+	}
+	t.verified++
+	if resp.StatusCode() == http.StatusOK && resp.Body == "" && !resp.CloseWithoutResponse {
+		if t.issued == nil {
+			t.issued = make(map[string]time.Time)
+		}
+		expiresIn := o.ExpiresIn
+		if expiresIn <= 0 {
+			expiresIn = 3600
+		}
+		rec.Token = fmt.Sprintf("fs-token-%d", len(t.issued)+1)
+		t.issued[rec.Token] = time.Now().Add(time.Duration(expiresIn) * time.Second)
+		body, _ := json.Marshal(map[string]any{"access_token": rec.Token, "token_type": "Bearer", "expires_in": expiresIn, "scope": rec.Form.Get("scope")})
+		resp.Body = string(body)
+	}
+	return resp
+}
+
+// records returns a copy of the records of all token requests so far. The
+// caller holds Server.mu.
+func (t *tokenState) records() []TokenRequest {
+	out := make([]TokenRequest, len(t.reqs))
+	for i, r := range t.reqs {
 		out[i] = *r
 	}
 	return out
 }
 
-// WaitTokenRequests blocks until at least n token requests have been
-// answered (or abandoned) and returns all records; errors as for
-// WaitRequests.
-func (s *Server) WaitTokenRequests(ctx context.Context, n int) ([]TokenRequest, error) {
-	_, err := s.waitFor(ctx, func() bool {
-		if len(s.token.reqs) < n {
+// finished reports whether at least n token requests have been answered
+// (or abandoned). The caller holds Server.mu.
+func (t *tokenState) finished(n int) bool {
+	if len(t.reqs) < n {
+		return false
+	}
+	for _, r := range t.reqs[:n] {
+		if !r.finished {
 			return false
 		}
-		for _, r := range s.token.reqs[:n] {
-			if !r.finished {
-				return false
-			}
-		}
+	}
+	return true
+}
+
+// admits applies o.RequireBearer to a tracking API request whose
+// Authorization header is authorization: false when the request has no
+// token this endpoint issued that is unexpired at now. A nil o admits
+// everything. The caller holds Server.mu.
+func (t *tokenState) admits(o *TokenOptions, authorization string, now time.Time) bool {
+	if o == nil || !o.RequireBearer {
 		return true
-	})
-	return s.TokenRequests(), err
+	}
+	token, found := strings.CutPrefix(authorization, "Bearer ")
+	expiry, issued := t.issued[token]
+	return found && issued && now.Before(expiry)
 }
 
-// isTokenRequest reports whether r is for the token endpoint.
-func isTokenRequest(opts *Options, r *http.Request) bool {
-	return opts.Token != nil && r.URL.Path == opts.Token.path()
-}
-
-// handleToken answers one token request.
-func (s *Server) handleToken(w http.ResponseWriter, r *http.Request, o *TokenOptions) {
-	arrived := time.Now()
-	raw, _ := io.ReadAll(io.LimitReader(r.Body, maxReadBytes))
-	form, _ := url.ParseQuery(string(raw))
-	rec := &TokenRequest{Arrived: arrived, Form: form}
-	problem := s.verifyAssertion(r, form, o, rec)
-
-	s.mu.Lock()
-	rec.Index = len(s.token.reqs)
-	s.token.reqs = append(s.token.reqs, rec)
-	var resp Response
-	if problem != "" {
-		rec.Problem = problem
-		body, _ := json.Marshal(map[string]string{"error": "invalid_client", "error_description": problem})
-		resp = Response{Status: http.StatusUnauthorized, Body: string(body)}
-	} else {
-		rec.Verified = true
-		if len(o.Script) > 0 {
-			resp = pick(o.Script, s.token.verified)
-		}
-		s.token.verified++
-		if resp.StatusCode() == http.StatusOK && resp.Body == "" && !resp.CloseWithoutResponse {
-			if s.token.issued == nil {
-				s.token.issued = make(map[string]time.Time)
-			}
-			expiresIn := o.ExpiresIn
-			if expiresIn <= 0 {
-				expiresIn = 3600
-			}
-			rec.Token = fmt.Sprintf("fs-token-%d", len(s.token.issued)+1)
-			s.token.issued[rec.Token] = time.Now().Add(time.Duration(expiresIn) * time.Second)
-			body, _ := json.Marshal(map[string]any{"access_token": rec.Token, "token_type": "Bearer", "expires_in": expiresIn, "scope": form.Get("scope")})
-			resp.Body = string(body)
-		}
-	}
-	s.notifyLocked()
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		rec.finished = true
-		s.notifyLocked()
-		s.mu.Unlock()
-	}()
-
-	if resp.Delay > 0 {
-		t := time.NewTimer(resp.Delay)
-		select {
-		case <-t.C:
-		case <-r.Context().Done():
-			t.Stop()
-			panic(http.ErrAbortHandler)
-		case <-s.done:
-			t.Stop()
-			panic(http.ErrAbortHandler)
-		}
-	}
-	if resp.CloseWithoutResponse {
-		panic(http.ErrAbortHandler) // closes the connection, sends nothing
-	}
-	h := w.Header()
-	setHeaders(h, resp)
-	h.Set("Cache-Control", "no-store")
-	status := resp.StatusCode()
-	s.mu.Lock()
-	rec.Status = status
-	s.notifyLocked()
-	s.mu.Unlock()
-	w.WriteHeader(status)
-	_, _ = io.WriteString(w, resp.Body)
-}
-
-// verifyAssertion checks the form and the client assertion; it returns ""
-// when they are good, else what is wrong.
-func (s *Server) verifyAssertion(r *http.Request, form url.Values, o *TokenOptions, rec *TokenRequest) string {
+// verify checks the form and the client assertion of a token request; it
+// returns "" when they are good, else what is wrong. It records the
+// assertion's kid and claims in rec.
+func (o *TokenOptions) verify(r *http.Request, form url.Values, rec *TokenRequest) string {
 	if r.Method != http.MethodPost {
 		return "method must be POST"
 	}
@@ -285,23 +279,4 @@ func (s *Server) verifyAssertion(r *http.Request, form url.Values, o *TokenOptio
 		}
 	}
 	return ""
-}
-
-// bearerCheck applies TokenOptions.RequireBearer to a tracking API request;
-// ok is false with the rejection when the request has no valid token.
-func (s *Server) bearerCheck(rec *Request, opts Options) (Response, bool) {
-	if opts.Token == nil || !opts.Token.RequireBearer {
-		return Response{}, true
-	}
-	token, found := strings.CutPrefix(rec.Header.Get("Authorization"), "Bearer ")
-	s.mu.Lock()
-	expiry, issued := s.token.issued[token]
-	s.mu.Unlock()
-	if found && issued && time.Now().Before(expiry) {
-		return Response{}, true
-	}
-	return Response{
-		Status: http.StatusUnauthorized,
-		Body:   `{"code":"invalid_token","message":"missing, unknown or expired bearer token"}`,
-	}, false
 }

@@ -128,11 +128,6 @@ type Segment struct {
 	size   int64        // bytes used, header included; guarded by Log.mu
 	live   atomic.Int64 // event records without an acknowledgement
 	sealed bool         // guarded by Log.mu
-	// old: found by Open. Its events to read back are the offsets in
-	// replay (sorted), not every record; set before the log is shared and
-	// then read by the Reader only.
-	old    bool
-	replay []uint32
 	// count: event records this Log appended to it; damaged: its file was
 	// found shorter than what was written (someone else cut it). Both
 	// guarded by Log.mu.
@@ -140,16 +135,6 @@ type Segment struct {
 	damaged bool
 	// undeletable: its deletion failed (logged once); reclaimer only.
 	undeletable bool
-}
-
-// Replayed is an event read back from the log: found by Open without an
-// acknowledgement, or appended by this Log (see Reader).
-type Replayed struct {
-	Seg  *Segment
-	Off  uint32
-	Data []byte
-	// Old reports an event an earlier Log wrote (found by Open).
-	Old bool
 }
 
 // Stats counts what Open skipped.
@@ -273,15 +258,16 @@ func OpenLog(dir string, opts Options) (*Log, int, error) {
 		freed: make(chan struct{}),
 		wake:  make(chan struct{}, 1), flush: make(chan chan struct{}), quit: make(chan struct{}), done: make(chan struct{}),
 	}
-	replayed, err := l.load()
+	found, replayed, err := l.load()
 	if err != nil {
 		lock.Close()
 		return nil, 0, err
 	}
-	l.reader = &Reader{l: l}
+	var first uint64
 	if len(l.segs) > 0 {
-		l.reader.seq = l.segs[0].seq
+		first = l.segs[0].seq
 	}
+	l.reader = newReader(l, first, found)
 	l.compactAt.Store(max(minCompact, 2*l.ackBytes.Load()))
 	if err := l.newAckFile(); err != nil {
 		l.logf("diskbuf: no new ack file at open (tried again in the background): %v", err)
@@ -292,6 +278,71 @@ func OpenLog(dir string, opts Options) (*Log, int, error) {
 	go l.reclaimer()
 	l.poke()
 	return l, replayed, nil
+}
+
+// Reader returns the log's reader, positioned at the oldest event Open
+// found (or at the first segment created since, if there was none).
+func (l *Log) Reader() *Reader { return l.reader }
+
+// giveUp marks s damaged, seals it if it is the active segment (appends
+// go to a new one) and returns the event records this Log appended to it.
+func (l *Log) giveUp(s *Segment) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.act != nil && l.segs[len(l.segs)-1] == s {
+		_ = l.sealActiveLocked()
+	}
+	s.damaged = true
+	return s.count
+}
+
+// segmentFrom returns the present segment with the smallest number ≥ seq,
+// its written size and whether it is sealed.
+func (l *Log) segmentFrom(seq uint64) (*Segment, int64, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	i, _ := slices.BinarySearchFunc(l.segs, seq, func(s *Segment, seq uint64) int {
+		switch {
+		case s.seq < seq:
+			return -1
+		case s.seq > seq:
+			return 1
+		}
+		return 0
+	})
+	if i == len(l.segs) {
+		return nil, 0, false
+	}
+	s := l.segs[i]
+	return s, s.size, s.sealed
+}
+
+// appended returns the number of event records this Log appended to s.
+func (l *Log) appended(s *Segment) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return s.count
+}
+
+// segmentsFrom calls f, under l.mu, with each present segment numbered
+// seq or more, oldest first, with its written size and the event records
+// this Log appended to it: a consistent view of them for the Reader.
+func (l *Log) segmentsFrom(seq uint64, f func(s *Segment, size int64, count int)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, s := range l.segs {
+		if s.seq >= seq {
+			f(s, s.size, s.count)
+		}
+	}
+}
+
+// lose drops n events of s that cannot be read back, as their
+// acknowledgement would.
+func (l *Log) lose(s *Segment, n int) {
+	if s.live.Add(-int64(n)) <= 0 {
+		l.poke()
+	}
 }
 
 func (l *Log) logf(format string, args ...any) {
@@ -373,10 +424,15 @@ func checkHeader(data []byte, magic string, seq uint64) (ok bool, err error) {
 	return binary.LittleEndian.Uint64(data[8:]) == seq, nil
 }
 
-func (l *Log) load() (int, error) {
+// load reads the directory's files (see the package comment) and returns
+// the segments Open found, by number, each with the offsets of its events
+// without an acknowledgement (none for a segment without a valid header),
+// and how many such events there are in all.
+func (l *Log) load() (found map[uint64][]uint32, events int, err error) {
+	found = map[uint64][]uint32{}
 	entries, err := os.ReadDir(l.dir)
 	if err != nil {
-		return 0, err
+		return nil, 0, err
 	}
 	var segSeqs, ackSeqs []uint64
 	taken := map[uint64]bool{} // segment numbers used by entries that are not regular files
@@ -423,14 +479,14 @@ func (l *Log) load() (int, error) {
 			continue
 		}
 		if err != nil {
-			return 0, err
+			return nil, 0, err
 		}
 		l.ackFiles = append(l.ackFiles, seq)
 		l.ackSeq = max(l.ackSeq, seq)
 		l.ackBytes.Add(int64(len(data)))
 		ok, err := checkHeader(data, ackMagic, seq)
 		if err != nil {
-			return 0, fmt.Errorf("%s: %w", path, err)
+			return nil, 0, fmt.Errorf("%s: %w", path, err)
 		}
 		if !ok {
 			if len(data) > 0 {
@@ -503,9 +559,8 @@ func (l *Log) load() (int, error) {
 
 	// The segments, one at a time: only the offsets of the events to
 	// replay are kept.
-	events := 0
 	for _, seq := range segSeqs {
-		s := &Segment{seq: seq, path: l.segPath(seq), sealed: true, old: true}
+		s := &Segment{seq: seq, path: l.segPath(seq), sealed: true}
 		data, err := readRegular(s.path)
 		if errors.Is(err, errNotRegular) { // replaced since ReadDir
 			l.stats.Skipped++
@@ -513,11 +568,11 @@ func (l *Log) load() (int, error) {
 			continue
 		}
 		if err != nil {
-			return 0, err
+			return nil, 0, err
 		}
 		ok, err := checkHeader(data, segMagic, seq)
 		if err != nil {
-			return 0, fmt.Errorf("%s: %w", s.path, err)
+			return nil, 0, fmt.Errorf("%s: %w", s.path, err)
 		}
 		end := len(data)
 		for end > 0 && data[end-1] == 0 {
@@ -538,6 +593,7 @@ func (l *Log) load() (int, error) {
 			}
 			s.size = int64(len(data))
 			l.segs = append(l.segs, s)
+			found[seq] = nil
 			continue
 		}
 		if end < fileHeaderSize {
@@ -557,6 +613,7 @@ func (l *Log) load() (int, error) {
 		offs := acked[seq]
 		slices.Sort(offs)
 		j := 0
+		var replay []uint32
 		scanRecords(data, fileHeaderSize, segKinds, l.skipped(s.path), func(off int, _ byte, payload []byte) {
 			for j < len(offs) && offs[j] < uint32(off) {
 				j++
@@ -565,10 +622,11 @@ func (l *Log) load() (int, error) {
 				return
 			}
 			s.live.Add(1)
-			s.replay = append(s.replay, uint32(off))
+			replay = append(replay, uint32(off))
 			events++
 		})
 		l.segs = append(l.segs, s)
+		found[seq] = replay
 	}
 
 	// Missing segments: numbers between the floor and the newest segment
@@ -586,7 +644,7 @@ func (l *Log) load() (int, error) {
 		// a gap in the numbers may be segments deleted on purpose, whose
 		// markers went with the ack files: not reported as lost.
 		l.logf("diskbuf: no ack file beside %d segment(s) (deleted?): every event in them is sent again, and gaps between them are not reported as lost", len(present))
-		return events, nil
+		return found, events, nil
 	}
 	prev := floor - 1
 	for _, seq := range present {
@@ -602,7 +660,7 @@ func (l *Log) load() (int, error) {
 		}
 		prev = seq
 	}
-	return events, nil
+	return found, events, nil
 }
 
 // mergeGaps sorts gs and merges overlapping or adjacent ranges.

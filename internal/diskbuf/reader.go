@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 )
 
 // Reader reads events back from the log in log order: first the events
@@ -38,6 +37,33 @@ type Reader struct {
 	fseq  uint64
 	buf   []byte
 	avg   int // bytes per record read so far, to size reads
+	// found holds the segments Open found, by number: their events to
+	// read back are the offsets listed (sorted), not every record. A list
+	// read, or given up, is dropped; the segment's number stays.
+	found map[uint64][]uint32
+}
+
+// Replayed is an event read back from the log: found by Open without an
+// acknowledgement, or appended by this Log (see Reader).
+type Replayed struct {
+	Seg  *Segment
+	Off  uint32
+	Data []byte
+	// Old reports an event an earlier Log wrote (found by Open).
+	Old bool
+}
+
+// newReader returns a reader of l positioned at segment first; found
+// lists the events to read back of the segments Open found (see
+// Reader.found).
+func newReader(l *Log, first uint64, found map[uint64][]uint32) *Reader {
+	return &Reader{l: l, seq: first, found: found}
+}
+
+// old reports whether s was found by Open.
+func (r *Reader) old(s *Segment) bool {
+	_, ok := r.found[s.seq]
+	return ok
 }
 
 // ErrBadRecord is the cause reported for a record of this Log's own that
@@ -74,52 +100,13 @@ func (r *Reader) learn(n, bytes int) {
 	}
 }
 
-// Reader returns the log's reader, positioned at the oldest event Open
-// found (or at the first segment created since, if there was none).
-func (l *Log) Reader() *Reader { return l.reader }
-
 // Seek makes (s, off) the next event Next returns: the event this Log
 // appended last (Seek is called right after its Append, before any other).
 // The events before it must all have been read back, or not be meant to
 // be.
 func (r *Reader) Seek(s *Segment, off uint32) {
-	r.l.mu.Lock()
-	idx := s.count - 1
-	r.l.mu.Unlock()
+	idx := r.l.appended(s) - 1
 	r.seq, r.off, r.ri, r.idx, r.fails = s.seq, int64(off), 0, idx, 0
-}
-
-// giveUp marks s damaged, seals it if it is the active segment (appends
-// go to a new one) and returns the event records this Log appended to it.
-func (l *Log) giveUp(s *Segment) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.act != nil && l.segs[len(l.segs)-1] == s {
-		_ = l.sealActiveLocked()
-	}
-	s.damaged = true
-	return s.count
-}
-
-// segmentFrom returns the present segment with the smallest number ≥ seq,
-// its written size and whether it is sealed.
-func (l *Log) segmentFrom(seq uint64) (*Segment, int64, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	i, _ := slices.BinarySearchFunc(l.segs, seq, func(s *Segment, seq uint64) int {
-		switch {
-		case s.seq < seq:
-			return -1
-		case s.seq > seq:
-			return 1
-		}
-		return 0
-	})
-	if i == len(l.segs) {
-		return nil, 0, false
-	}
-	s := l.segs[i]
-	return s, s.size, s.sealed
 }
 
 // Next returns up to max events (and about maxBytes of them, at least one)
@@ -142,8 +129,8 @@ func (r *Reader) Next(limit, maxBytes int) (recs []Replayed, lost int, err error
 		}
 		var got []Replayed
 		var n int
-		if s.old {
-			got, n, err = r.readOld(s, limit-len(recs), maxBytes-bytes)
+		if r.old(s) {
+			got, n, err = r.readOld(s, size, limit-len(recs), maxBytes-bytes)
 		} else {
 			got, err = r.readNew(s, size, limit-len(recs), maxBytes-bytes)
 		}
@@ -164,7 +151,7 @@ func (r *Reader) Next(limit, maxBytes int) (recs []Replayed, lost int, err error
 		r.fails = 0
 		if len(got) == 0 && n == 0 {
 			// Nothing more in this segment: move on if it is complete.
-			if !s.old && !sealed {
+			if !r.old(s) && !sealed {
 				break // the active segment: caught up with the writer
 			}
 			r.next()
@@ -190,15 +177,15 @@ func permanent(err error) bool {
 // number is returned and reported once), and the reader moves on.
 func (r *Reader) skip(s *Segment, cause error) int {
 	var n int
-	if s.old {
-		n = len(s.replay) - r.ri
-		s.replay = nil
+	if r.old(s) {
+		n = len(r.found[s.seq]) - r.ri
+		r.found[s.seq] = nil
 	} else {
 		n = r.l.giveUp(s) - r.idx
 	}
 	n = max(n, 0)
 	if n > 0 {
-		r.lose(s, n)
+		r.l.lose(s, n)
 	}
 	r.l.errorf("diskbuf: skipped the rest of %s, which can no longer be read back (%v): %d event(s) in it lost", filepath.Base(s.path), cause, n)
 	r.next()
@@ -338,18 +325,20 @@ func own(out []Replayed, bytes int) {
 	}
 }
 
-// readOld reads the listed events of a segment Open found. A listed
+// readOld reads the listed events of a segment Open found, whose file
+// held size bytes. A listed
 // offset that no longer holds a valid record (the file was overwritten)
 // is counted in lost (and the segment's live count drops, so it can be
 // reclaimed); a file that now ends before a listed offset is an error
 // matching errDamaged.
-func (r *Reader) readOld(s *Segment, limit, maxBytes int) (out []Replayed, lost int, err error) {
-	if r.ri >= len(s.replay) {
-		s.replay = nil // read: no longer needed
+func (r *Reader) readOld(s *Segment, size int64, limit, maxBytes int) (out []Replayed, lost int, err error) {
+	replay := r.found[s.seq]
+	if r.ri >= len(replay) {
+		r.found[s.seq] = nil // read: no longer needed
 		return nil, 0, nil
 	}
-	start := int64(s.replay[r.ri])
-	want := int(min(int64(r.chunk(limit)), max(s.size-start, headerSize)))
+	start := int64(replay[r.ri])
+	want := int(min(int64(r.chunk(limit)), max(size-start, headerSize)))
 	b, err := r.read(s, start, want)
 	if err != nil {
 		return nil, 0, err
@@ -359,15 +348,15 @@ func (r *Reader) readOld(s *Segment, limit, maxBytes int) (out []Replayed, lost 
 		own(out, bytes)
 		r.learn(len(out), bytes)
 		if lost > 0 {
-			r.lose(s, lost)
+			r.l.lose(s, lost)
 			r.l.errorf("diskbuf: %d event(s) of %s can no longer be read back (the file was changed since it was opened): lost", lost, filepath.Base(s.path))
 		}
 	}()
 	short := func(off int64) error {
 		return fmt.Errorf("%w: %s ends before offset %d", errDamaged, s.path, off)
 	}
-	for r.ri < len(s.replay) && len(out) < limit && bytes < maxBytes {
-		off := int64(s.replay[r.ri])
+	for r.ri < len(replay) && len(out) < limit && bytes < maxBytes {
+		off := int64(replay[r.ri])
 		pos := int(off - start)
 		if pos >= len(b) {
 			if len(b) < want {
@@ -406,14 +395,6 @@ func (r *Reader) readOld(s *Segment, limit, maxBytes int) (out []Replayed, lost 
 	return out, lost, nil
 }
 
-// lose drops n events of s that cannot be read back, as their
-// acknowledgement would.
-func (r *Reader) lose(s *Segment, n int) {
-	if s.live.Add(-int64(n)) <= 0 {
-		r.l.poke()
-	}
-}
-
 // AtEnd reports whether the reader has read everything written so far:
 // it is at the end of the active segment (or no segment is left after
 // its position).
@@ -422,7 +403,7 @@ func (r *Reader) AtEnd() bool {
 	if s == nil {
 		return true
 	}
-	return s.seq == r.seq && !s.old && !sealed && r.off >= size
+	return s.seq == r.seq && !r.old(s) && !sealed && r.off >= size
 }
 
 // Unreadable counts the events not read back yet whose segment file is
@@ -434,19 +415,15 @@ func (r *Reader) AtEnd() bool {
 // segment, a read of a segment only when it was cut short. Not to be
 // called while Next runs.
 func (r *Reader) Unreadable() int {
-	r.l.mu.Lock()
 	type seg struct {
 		s     *Segment
 		size  int64
 		count int
 	}
 	var segs []seg
-	for _, s := range r.l.segs {
-		if s.seq >= r.seq {
-			segs = append(segs, seg{s, s.size, s.count})
-		}
-	}
-	r.l.mu.Unlock()
+	r.l.segmentsFrom(r.seq, func(s *Segment, size int64, count int) {
+		segs = append(segs, seg{s, size, count})
+	})
 	total := 0
 	for _, g := range segs {
 		s := g.s
@@ -454,11 +431,12 @@ func (r *Reader) Unreadable() int {
 		var n int
 		var offs []uint32
 		switch {
-		case s.old && first:
-			offs = s.replay[min(r.ri, len(s.replay)):]
+		case r.old(s) && first:
+			replay := r.found[s.seq]
+			offs = replay[min(r.ri, len(replay)):]
 			n = len(offs)
-		case s.old:
-			offs = s.replay
+		case r.old(s):
+			offs = r.found[s.seq]
 			n = len(offs)
 		case first:
 			n, from = g.count-r.idx, r.off
@@ -481,7 +459,7 @@ func (r *Reader) Unreadable() int {
 			if err != nil {
 				continue
 			}
-			if s.old {
+			if r.old(s) {
 				for _, off := range offs {
 					budget := MaxRecord
 					if int(off) < len(data) {
@@ -495,7 +473,7 @@ func (r *Reader) Unreadable() int {
 			}
 		}
 		if lost := n - min(left, n); lost > 0 {
-			r.lose(s, lost)
+			r.l.lose(s, lost)
 			total += lost
 			r.l.errorf("diskbuf: %s was removed, replaced or cut short: %d event(s) in it that were not read back are lost", filepath.Base(s.path), lost)
 		}

@@ -157,7 +157,7 @@ func (s *Sender) send(ctx context.Context, a Attempt) (r Result) {
 	ctx = httptrace.WithClientTrace(ctx, &use.trace)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(*wire))
 	if err != nil {
-		r.Err = err
+		r.Answer = unanswered(err)
 		return r
 	}
 	// A retry of net/http's own (a connection that closed under the
@@ -188,7 +188,7 @@ func (s *Sender) send(ctx context.Context, a Attempt) (r Result) {
 		use.giveBack() // Do has returned: no retry of its own reads it again
 	}
 	if err != nil {
-		r.Err = s.redactErr(err)
+		r.Answer = unanswered(s.redactErr(err))
 		return r
 	}
 	// No read of this body may outlive the attempt (R15, R56): when the
@@ -200,13 +200,7 @@ func (s *Sender) send(ctx context.Context, a Attempt) (r Result) {
 		stop()
 		closeBody(resp.Body, s.log)
 	}()
-	r.Status = resp.StatusCode
-	if vals, ok := resp.Header["Retry-After"]; ok {
-		r.HasRetryAfter = true
-		if len(vals) > 0 {
-			r.RetryAfter = s.redact(vals[0])
-		}
-	}
+	r.Answer = answered(resp, s.redact)
 	if resp.StatusCode < 200 {
 		// A 1xx that reaches the client (101 Switching Protocols) carries
 		// the raw connection as its body: it is decided without reading it

@@ -66,6 +66,22 @@ type Answer struct {
 	Err           error  // why no response came; nil when one came
 }
 
+// answered is the Answer of a response: its status and its Retry-After
+// header, passed through redact.
+func answered(resp *http.Response, redact func(string) string) Answer {
+	a := Answer{Status: resp.StatusCode}
+	if vals, ok := resp.Header["Retry-After"]; ok {
+		a.HasRetryAfter = true
+		if len(vals) > 0 {
+			a.RetryAfter = redact(vals[0])
+		}
+	}
+	return a
+}
+
+// unanswered is the Answer of an attempt that got no response; err says why.
+func unanswered(err error) Answer { return Answer{Err: err} }
+
 // Judge decides the verdict of one attempt from its answer alone: the
 // body never matters (R3, R9–R16, R25, R50). bearer reports that the
 // attempt carried a bearer token; now is the wall clock, for HTTP-dates
