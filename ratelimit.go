@@ -339,14 +339,19 @@ func (r *waitingRoom) takeTurn(now time.Time, held chan struct{}) (t turn) {
 		t.wait = first.due.Sub(now)
 		return t
 	}
+	at := 0
 	if first.b.countedRetry() && !r.unpaced {
 		if wait := r.health.takeToken(now); wait > 0 {
-			r.mu.Unlock()
-			t.wait = wait
-			return t
+			// A due batch that needs no token (a rate-limited retry)
+			// does not wait behind it (R32, R63).
+			if at = r.dueWithoutTokenLocked(now); at < 0 {
+				r.mu.Unlock()
+				t.wait = wait
+				return t
+			}
 		}
 	}
-	t.b = heap.Pop(&r.waiting).(waiter).b
+	t.b = heap.Remove(&r.waiting, at).(waiter).b
 	more := len(r.waiting) > 0
 	r.mu.Unlock()
 	r.places.releaseBatches(t.b)
@@ -354,6 +359,18 @@ func (r *waitingRoom) takeTurn(now time.Time, held chan struct{}) (t turn) {
 		signal(r.ready) // another consumer takes or times the next one
 	}
 	return t
+}
+
+// dueWithoutTokenLocked is the index of the oldest due batch that needs
+// no token of the retry allowance (R63), or -1.
+func (r *waitingRoom) dueWithoutTokenLocked(now time.Time) int {
+	at := -1
+	for i, w := range r.waiting {
+		if !now.Before(w.due) && !w.b.countedRetry() && (at < 0 || r.waiting.compare(i, at) < 0) {
+			at = i
+		}
+	}
+	return at
 }
 
 // close empties the room for the final hand-back at Close and gives the

@@ -2,6 +2,8 @@ package analytics
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -69,5 +71,50 @@ func TestExpiredBatchesKeepTheirPlacesUntilTheirCallback(t *testing.T) {
 		if len(failed) != 2 || failed[0] != "a" && failed[0] != "b" {
 			t.Errorf("OnError got %v, want a and b (their episode ran out)", failed)
 		}
+	})
+}
+
+// R32, R63: when the gate opens, a rate-limited retry needs no token of
+// the retry allowance, so it does not wait behind counted retries that
+// are due before it but find no token: it goes as soon as those with a
+// token have gone, not when the allowance has paid for all of them.
+func TestRateLimitedRetryDoesNotWaitForTheAllowance(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var rTries []time.Time
+		api := newFakeAPI(func(_ int, r seen) reply {
+			if len(r.ids) == 1 && r.ids[0] == "r" {
+				mu.Lock()
+				defer mu.Unlock()
+				rTries = append(rTries, time.Now())
+				if len(rTries) == 1 {
+					return reply{status: 429, header: map[string]string{"Retry-After": "1"}}
+				}
+				return reply{status: 200}
+			}
+			return reply{status: 500} // every other batch waits for a counted retry
+		})
+		cb := &callbacks{}
+		c := newTestClient(t, api, cb, noAudit("the 500s go on until Close"), WithFlushAt(1), WithConsumers(1),
+			WithMaxRetries(1000), WithMaxRateLimitDuration(time.Minute))
+		for i := range 40 {
+			mustTrack(t, c, fmt.Sprintf("e%02d", i))
+		}
+		mustTrack(t, c, "r")
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		mu.Lock()
+		tries := slices.Clone(rTries)
+		mu.Unlock()
+		if len(tries) < 2 {
+			t.Fatalf("the rate-limited batch was sent %d times in 5 s, want 2", len(tries))
+		}
+		// The deadline is 1 s after the 429; an HTTP-date would round it up
+		// by up to a second more. Behind 20 retries that find no token at 5
+		// tokens a second it would wait 4 s more.
+		if waited := tries[1].Sub(tries[0]); waited > 2*time.Second {
+			t.Errorf("the rate-limited batch was sent again %v after its 429 (Retry-After: 1), behind counted retries waiting for the allowance", waited)
+		}
+		_ = closeClient(t, c, time.Second)
 	})
 }

@@ -126,6 +126,10 @@ var simRegression = []string{
 	// nearly empty: the R46 checker, weighing only what was queued then,
 	// took it for an early close.
 	`{"seed":88585,"consumers":1,"flushAt":5,"flushIntervalMs":60000,"queueCapacity":30000,"httpTimeoutMs":300,"maxRetries":-1,"maxBackoffMs":5000,"maxRateLimitMs":0,"closeTimeoutMs":500,"onSuccess":true,"producers":[{"startMs":0,"count":120,"gapMs":100,"burst":1,"size":32000,"poison":60},{"startMs":1000,"count":300,"gapMs":10,"burst":1,"size":2000,"gen":true}],"answers":[{"k":"ok","w":0},{"k":"odd-status","w":10},{"k":"timeout","w":30}],"outages":[{"from":33201,"to":333201,"k":"fail4xx"},{"from":10349,"to":70349,"k":"timeout"}],"holdMaxMs":10,"unluckyEvery":5,"unluckyTimes":2,"oauth":true,"tokenTtl":3600,"flushes":[{"at":2634,"ctx":"timeout","ms":10},{"at":6,"ctx":"timeout","ms":500},{"at":30,"ctx":"done","ms":5000}],"closeAtMs":120000,"close":{"ctx":"timeout","ms":100}}`,
+	// A 429 with Retry-After while counted retries due before it found no
+	// token of the allowance (R63): the rate-limited retry, which needs
+	// none, waited behind them for 8.6 s after the gate opened (R32).
+	`{"seed":119936,"consumers":4,"flushAt":5,"flushIntervalMs":50,"queueCapacity":100,"httpTimeoutMs":10000,"maxRetries":1000,"maxBackoffMs":-1,"maxRateLimitMs":4000,"closeTimeoutMs":2000,"defaults":true,"producers":[{"startMs":100,"count":300,"gapMs":0,"burst":50,"size":10}],"answers":[{"k":"ok","w":50},{"k":"retry5xx","w":30},{"k":"retry4xx","w":30},{"k":"fail4xx","w":30},{"k":"odd-status","w":10},{"k":"reset","w":5},{"k":"cut","w":10},{"k":"mb-nil-reader","w":1}],"outages":[{"from":34508,"to":35508,"k":"reset"},{"from":22450,"to":322450,"k":"reset"}],"eventLimit":1,"unluckyEvery":2,"unluckyTimes":5,"flushes":[{"at":22792,"ctx":"done","ms":60000},{"at":8176,"ctx":"done","ms":5000},{"at":11476,"ctx":"timeout","ms":10}],"closeAtMs":120000,"close":{"ctx":"background","ms":1000}}`,
 }
 
 // simCISeeds is how many seeds CI runs beside the regression seeds, and
