@@ -320,7 +320,8 @@ type turn struct {
 // (R47). With the gate shut it returns the gate; otherwise, with nothing
 // due, how long until the next batch is due, or -1 when none waits. A
 // counted retry also needs a token of the retry allowance (R63); without
-// one it stays, and wait says when the token comes.
+// one it stays, the oldest due batch that needs none goes in its place
+// (R32), and with none, wait says when the token comes.
 func (r *waitingRoom) takeTurn(now time.Time, held chan struct{}) (t turn) {
 	r.mu.Lock()
 	t.gate = r.gateLocked(now, held)
