@@ -23,6 +23,11 @@ type queue struct {
 	openedAt time.Time // when the batch of the oldest queued event opened (R46)
 	closed   bool      // Close was called: enqueue returns ErrClosed
 	ledger   ledger
+	// accepted counts the events queued by enqueue calls (Stats.Accepted,
+	// with durable mode's spilled events). Performance: counted here,
+	// under the mutex the call holds anyway, rather than with an atomic
+	// step of its own per call.
+	accepted int64
 
 	places   *capacity // shared with the waiting room (R43, R44)
 	flushAt  int
@@ -39,13 +44,18 @@ type queue struct {
 	overMark    bool
 
 	ready chan struct{} // cap 1: a batch may be ready, or its interval must be timed
+	// due signals ready when the open batch's FlushInterval ends (R46).
+	// Performance: it times the open batch, so that no consumer is woken
+	// only to time it (a wake and a sleep per batch); consumers still
+	// time what take tells them.
+	due *time.Timer
 
 	onTake func() // durable mode: runs when a batch is taken (durable.beforeBatch, which syncs only with FsyncEveryBatch); nil in memory mode
 }
 
 func newQueue(places *capacity, flushAt, maxBytes int, interval time.Duration) *queue {
 	maxRing := int(min(places.limit, int64(maxInt)))
-	return &queue{
+	q := &queue{
 		ring:     make([]event, min(64, maxRing)),
 		ledger:   newLedger(),
 		places:   places,
@@ -55,6 +65,9 @@ func newQueue(places *capacity, flushAt, maxBytes int, interval time.Duration) *
 		maxRing:  maxRing,
 		ready:    make(chan struct{}, 1),
 	}
+	q.due = time.AfterFunc(time.Hour, func() { signal(q.ready) })
+	q.due.Stop()
+	return q
 }
 
 // queueOptions are what a client's queue and its capacity are made of;
@@ -90,9 +103,9 @@ func signal(ch chan struct{}) {
 }
 
 // push accepts ev or returns ErrClosed / ErrQueueFull (R43). It never blocks
-// on anything but the mutex. It wakes a consumer only when a batch opens
-// (its FlushInterval must be timed) or can close by count or bytes, not for
-// every event.
+// on anything but the mutex. It wakes a consumer only when a batch can
+// close by count or bytes, not for every event; when a batch opens, q.due
+// times its FlushInterval.
 func (q *queue) push(ev event) error { return q.pushEvent(&ev) }
 
 // pushEvent is push with ev passed by reference: the hot path hands its
@@ -147,14 +160,16 @@ func (q *queue) pushLocked(ev *event) error {
 	slot := &q.ring[q.ringIndex(q.n)]
 	*slot = *ev
 	slot.epoch = q.ledger.add()
+	q.accepted++
 	q.n++
 	before := q.bytes
 	q.bytes += weight(slot.data, q.perEvent)
 	if q.n == 1 {
 		q.openedAt = time.Now()
+		q.due.Reset(q.interval)
 	}
 	reached := q.noteMark()
-	wake := q.n == 1 || q.n == q.flushAt || (q.overBytes() && before-1 <= q.maxBytes) || q.places.full() || reached
+	wake := q.n == q.flushAt || (q.overBytes() && before-1 <= q.maxBytes) || q.places.full() || reached
 	q.mu.Unlock()
 	if wake {
 		signal(q.ready)
@@ -272,11 +287,20 @@ func (q *queue) take(now time.Time) (*batch, time.Duration) {
 	if more {
 		q.openedAt = now // the rest opens the next batch
 	}
+	if more && !q.closed {
+		q.due.Reset(q.interval)
+	} else {
+		q.due.Stop()
+	}
 	low := q.n < q.flushAt // too few left for another batch: blocked producers are needed now
+	// Another consumer takes the rest at once if it is a batch already;
+	// otherwise q.due times it.
+	again := more && (q.n >= q.flushAt || q.overBytes() || q.closed || q.places.full() ||
+		q.ledger.flushedSince(q.ring[q.head].epoch))
 	q.mu.Unlock()
 	q.places.taken(len(b.events), low) // in a consumer's hands now, not held (R43)
-	if more {
-		signal(q.ready) // another consumer takes or times the rest
+	if again {
+		signal(q.ready)
 	}
 	if q.onTake != nil {
 		q.onTake()
@@ -329,6 +353,7 @@ func (q *queue) load(evs []event) {
 	}
 	if q.n == 0 {
 		q.openedAt = time.Now()
+		q.due.Reset(q.interval)
 	}
 	for i := range evs {
 		q.ring[q.ringIndex(q.n)] = evs[i]
@@ -393,6 +418,7 @@ func (q *queue) close() bool {
 		return false
 	}
 	q.closed = true
+	q.due.Stop()       // what is queued goes at once now
 	q.places.wakeAll() // blocked EnqueueContext calls return ErrClosed
 	signal(q.ready)
 	return true
@@ -446,6 +472,14 @@ func (q *queue) outstanding() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.ledger.total
+}
+
+// counts are outstanding and the events queued by enqueue calls so far
+// (see accepted), read together.
+func (q *queue) counts() (outstanding int, accepted int64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.ledger.total, q.accepted
 }
 
 // capacity counts the accepted events that are held and not in flight:

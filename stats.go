@@ -72,15 +72,16 @@ type counters struct {
 	isolations                             atomic.Int64
 	recuts                                 atomic.Int64 // cuts of an attempted batch before it is sent again (R67); not in Stats
 
-	accepted, rejectedInvalid, rejectedTooLarge, rejectedClosed atomic.Int64
-	rejectedDisk                                                atomic.Int64
+	rejectedInvalid, rejectedTooLarge, rejectedClosed atomic.Int64
+	rejectedDisk                                      atomic.Int64
 }
 
-// count counts the outcome of one enqueue call and returns err.
+// count counts the outcome of one enqueue call and returns err. An
+// accepted call is counted where its event is queued or spilled instead
+// (queue.accepted, durable.spilled), under a lock that call holds anyway.
 func (s *counters) count(err error) error {
 	switch {
 	case err == nil:
-		s.accepted.Add(1)
 	case errors.Is(err, ErrQueueFull):
 		s.dropped.Add(1)
 	case errors.Is(err, ErrClosed):
@@ -98,10 +99,11 @@ func (s *counters) count(err error) error {
 }
 
 // snapshot is Stats as far as the counters tell it: pending is the
-// accepted events without a disposition, bodyLimit and eventLimit the
-// learned limits (0 until learned); the durable fields are filled by
-// durable.addStats. The counters are read one by one.
-func (s *counters) snapshot(pending int64, bodyLimit, eventLimit int) Stats {
+// accepted events without a disposition, accepted the enqueue calls
+// accepted (see count), bodyLimit and eventLimit the learned limits (0
+// until learned); the durable fields are filled by durable.addStats. The
+// counters are read one by one.
+func (s *counters) snapshot(pending, accepted int64, bodyLimit, eventLimit int) Stats {
 	return Stats{
 		Delivered:         s.delivered.Load(),
 		Failed:            s.failed.Load(),
@@ -117,7 +119,7 @@ func (s *counters) snapshot(pending int64, bodyLimit, eventLimit int) Stats {
 		BodyLimit:         int64(bodyLimit),
 		EventLimit:        int64(eventLimit),
 
-		Accepted:         s.accepted.Load(),
+		Accepted:         accepted,
 		RejectedInvalid:  s.rejectedInvalid.Load(),
 		RejectedTooLarge: s.rejectedTooLarge.Load(),
 		RejectedClosed:   s.rejectedClosed.Load(),

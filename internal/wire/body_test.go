@@ -140,3 +140,40 @@ func TestScratchMessageID(t *testing.T) {
 		seen[id] = true
 	}
 }
+
+// Aimed at its slab, the encoder writes each event where CopyToSlab keeps
+// it: the JSON is not copied, every event keeps its own bytes while the
+// next ones are written, and an event of any size, one that outgrows the
+// room and one that is larger than a slab may hold included, comes out
+// whole. Between events the encoder has its own buffer back.
+func TestScratchAimAtSlab(t *testing.T) {
+	var s Scratch
+	s.Enc = newEncoder()
+	sizes := []int{300, 300, 5000, 300, 9000, 300, 40000, 20, 300}
+	for range 40 {
+		sizes = append(sizes, 700)
+	}
+	var cut [][]byte
+	var want []string
+	inPlace := 0
+	for i, n := range sizes {
+		s.Enc.Reset(nil, "")
+		s.AimAtSlab()
+		text := strings.Repeat(string(rune('a'+i%26)), n)
+		s.Enc.buf = append(s.Enc.buf, text...)
+		written := s.Enc.Bytes()
+		d, sl := s.CopyToSlab(written)
+		if sl != nil && len(written) > 0 && &d[0] == &written[0] {
+			inPlace++
+		}
+		require.False(t, s.aimed, "the encoder has its own buffer back")
+		if sl != nil {
+			require.Equal(t, len(d), cap(d), "an event cannot grow into its neighbour")
+		}
+		cut, want = append(cut, d), append(want, text)
+		for j := range cut {
+			require.Equal(t, want[j], string(cut[j]), "event %d after event %d", j, i)
+		}
+	}
+	assert.Greater(t, inPlace, len(sizes)/2, "most events are written in place")
+}
