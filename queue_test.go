@@ -310,7 +310,7 @@ func TestBlockedProducersWakeForABatchInLineOrder(t *testing.T) {
 	c.release(1, false)
 	require.True(t, woken(a) && woken(b) && woken(d), "three free places wake the line")
 	assert.True(t, a.granted && b.granted && d.granted)
-	assert.Equal(t, int64(4), c.held.Load(), "each woken producer holds its place")
+	assert.Equal(t, int64(4), c.held(), "each woken producer holds its place")
 	assert.False(t, c.queued())
 
 	e, f, g := c.await(), c.await(), c.await()
@@ -324,7 +324,7 @@ func TestBlockedProducersWakeForABatchInLineOrder(t *testing.T) {
 	assert.False(t, woken(g), "a producer that left is not woken")
 
 	// Close wakes the line without places.
-	c.hold(int(c.limit - c.held.Load())) // full again
+	c.hold(int(c.limit - c.held())) // full again
 	h := c.await()
 	require.False(t, woken(h))
 	c.wakeAll()
@@ -470,4 +470,17 @@ func TestEnqueueContextWaitsAtTheHighWaterMarkInBytes(t *testing.T) {
 		assert.Equal(t, []string{id(38), id(39)}, reqs[2].ids)
 		require.NoError(t, closeClient(t, c, time.Second))
 	})
+}
+
+// The two counts of capacity.counts survive packing and packed adds, a
+// borrow from a negative held count included.
+func TestCapacityCountsPack(t *testing.T) {
+	for _, p := range [][2]int64{{0, 0}, {1, 0}, {0, 1}, {-1, 0}, {-1, 5}, {5, -1}, {MaxQueueCapacity * 2, MaxQueueCapacity}, {-MaxQueueCapacity, 3}} {
+		h, u := split(pack(p[0], p[1]))
+		assert.Equal(t, p, [2]int64{h, u})
+		for _, d := range [][2]int64{{1, 1}, {-1, -1}, {-250, 0}, {0, -250}, {7, -3}} {
+			h, u := split(pack(p[0], p[1]) + pack(d[0], d[1]))
+			assert.Equal(t, [2]int64{p[0] + d[0], p[1] + d[1]}, [2]int64{h, u}, "%v + %v", p, d)
+		}
+	}
 }
