@@ -276,12 +276,7 @@ func (q *queue) take(now time.Time) (*batch, time.Duration) {
 	}
 	k, bytes := q.fitting()
 	b := newBatch(k) // sized to what it takes: a batch may wait long in the room
-	for range k {
-		ev := &q.ring[q.head]
-		b.events = append(b.events, *ev)
-		q.dropHead(ev)
-	}
-	b.bytes = bytes
+	q.takeHead(b, k, bytes)
 	q.noteMark()
 	more := q.n > 0
 	if more {
@@ -306,6 +301,24 @@ func (q *queue) take(now time.Time) (*batch, time.Duration) {
 		q.onTake()
 	}
 	return b, 0
+}
+
+// takeHead moves the k oldest events, which take bytes in a body (see
+// fitting), into b: one copy of each of the ring's (at most two) runs,
+// rather than a dropHead per event. q.mu is held.
+func (q *queue) takeHead(b *batch, k, bytes int) {
+	b.events = b.events[:k]
+	run := q.ring[q.head:min(q.head+k, len(q.ring))]
+	copy(b.events, run)
+	clear(run)
+	if rest := k - len(run); rest > 0 { // the ring wrapped
+		copy(b.events[len(run):], q.ring[:rest])
+		clear(q.ring[:rest])
+	}
+	q.head = q.ringIndex(k)
+	q.n -= k
+	q.bytes -= bytes + 1 + k*q.perEvent // their weights: the first's comma and each one's extra too
+	b.bytes = bytes
 }
 
 // fitting is how many of the queued events, oldest first, the next batch
