@@ -112,7 +112,7 @@ func auditClient(t testing.TB, c *Client, wire *auditWire, cb *callbacks) {
 	if n := c.q.outstanding(); n != 0 || st.Pending != 0 {
 		fail("ledger holds %d event(s) after Close (Pending %d), want 0 (R41)", n, st.Pending)
 	}
-	if h := c.q.places.held.Load(); h != 0 {
+	if h := c.q.places.held(); h != 0 {
 		fail("%d capacity place(s) still held after Close, want 0 (R43, R44)", h)
 	}
 	c.room.mu.Lock()

@@ -280,12 +280,7 @@ func (q *queue) take(now time.Time) (*batch, time.Duration) {
 	}
 	k, bytes := q.fitting()
 	b := newBatch(k) // sized to what it takes: a batch may wait long in the room
-	for range k {
-		ev := &q.ring[q.head]
-		b.events = append(b.events, *ev)
-		q.dropHead(ev)
-	}
-	b.bytes = bytes
+	q.takeHead(b, k, bytes)
 	q.noteMark()
 	more := q.n > 0
 	if more {
@@ -310,6 +305,24 @@ func (q *queue) take(now time.Time) (*batch, time.Duration) {
 		q.onTake()
 	}
 	return b, 0
+}
+
+// takeHead moves the k oldest events, which take bytes in a body (see
+// fitting), into b: one copy of each of the ring's (at most two) runs,
+// rather than a dropHead per event. q.mu is held.
+func (q *queue) takeHead(b *batch, k, bytes int) {
+	b.events = b.events[:k]
+	run := q.ring[q.head:min(q.head+k, len(q.ring))]
+	copy(b.events, run)
+	clear(run)
+	if rest := k - len(run); rest > 0 { // the ring wrapped
+		copy(b.events[len(run):], q.ring[:rest])
+		clear(q.ring[:rest])
+	}
+	q.head = q.ringIndex(k)
+	q.n -= k
+	q.bytes -= bytes + 1 + k*q.perEvent // their weights: the first's comma and each one's extra too
+	b.bytes = bytes
 }
 
 // fitting is how many of the queued events, oldest first, the next batch
@@ -471,6 +484,11 @@ func (q *queue) mark() <-chan struct{} {
 	return ch
 }
 
+// releasePlaces gives back the places of n events held outside the queue
+// until their outcome (the batches of an expired rate-limit episode, see
+// settler.rateLimitExceeded), and wakes the line of blocked producers.
+func (q *queue) releasePlaces(n int) { q.places.release(n, true) }
+
 // outstanding is the number of accepted events without a disposition.
 func (q *queue) outstanding() int {
 	q.mu.Lock()
@@ -592,15 +610,18 @@ type epochRun struct {
 // is woken, in line order, so none can be starved by the others and none
 // wakes for nothing.
 type capacity struct {
-	held    atomic.Int64
+	// counts holds two counts in one word (see pack), so that a
+	// producer's reservation is one atomic step: held, the places taken,
+	// and untaken, the events queued and not yet taken into a batch plus
+	// the places granted to blocked producers that have not queued their
+	// event yet.
+	counts  atomic.Int64
 	limit   int64
 	wakeAt  int64        // free places that wake the line (≥ 1)
 	waiters atomic.Int32 // len(line)
 
-	// untaken counts the events queued and not yet taken into a batch,
-	// plus the places granted to blocked producers that have not queued
-	// their event yet. highWater is where EnqueueContext stops (R71).
-	untaken   atomic.Int64
+	// highWater is where EnqueueContext stops (R71): at that many untaken
+	// events.
 	highWater int64
 	// bytesAtMark: the queued events weigh the high-water mark in bytes
 	// (see queue.noteMark); nobody in line is granted a place meanwhile.
@@ -638,16 +659,34 @@ func (c *capacity) markAt(events int) {
 // QueueCapacity, see markAt).
 func markBatches(consumers int) int { return max(1, consumers/2) }
 
+// pack is the word of capacity.counts: held in the low 32 bits and
+// untaken above them, each a signed count (both stay far inside 32 bits:
+// MaxQueueCapacity and the in-flight batches bound them). Adding the words
+// of two pairs adds the pairs, a borrow included, so each change is one
+// atomic add of a packed delta.
+func pack(held, untaken int64) int64 { return untaken<<32 + held }
+
+// split is the pair a word of capacity.counts packs.
+func split(w int64) (held, untaken int64) {
+	held = int64(int32(w))
+	return held, (w - held) >> 32
+}
+
+// held is how many places are taken.
+func (c *capacity) held() int64 {
+	h, _ := split(c.counts.Load())
+	return h
+}
+
 // reserve takes one place if the limit allows it, for an event that is
 // queued next (Track and Enqueue).
 func (c *capacity) reserve() bool {
 	for {
-		h := c.held.Load()
-		if h >= c.limit {
+		w := c.counts.Load()
+		if h, _ := split(w); h >= c.limit {
 			return false
 		}
-		if c.held.CompareAndSwap(h, h+1) {
-			c.untaken.Add(1)
+		if c.counts.CompareAndSwap(w, w+pack(1, 1)) {
 			return true
 		}
 	}
@@ -656,34 +695,29 @@ func (c *capacity) reserve() bool {
 // reserveBelowMark is reserve for EnqueueContext: it also fails while the
 // untaken events are at the high-water mark (R71).
 func (c *capacity) reserveBelowMark() bool {
-	if c.untaken.Add(1) > c.highWater {
-		c.untaken.Add(-1)
-		return false
-	}
 	for {
-		h := c.held.Load()
-		if h >= c.limit {
-			c.untaken.Add(-1)
+		w := c.counts.Load()
+		if h, u := split(w); h >= c.limit || u >= c.highWater {
 			return false
 		}
-		if c.held.CompareAndSwap(h, h+1) {
+		if c.counts.CompareAndSwap(w, w+pack(1, 1)) {
 			return true
 		}
 	}
 }
 
 // enqueued counts n events queued without a reservation (preload).
-func (c *capacity) enqueued(n int) { c.untaken.Add(int64(n)) }
+func (c *capacity) enqueued(n int) { c.counts.Add(pack(0, int64(n))) }
 
 // unqueue counts off n granted places that were not used (Close came
 // first); release follows.
-func (c *capacity) unqueue(n int) { c.untaken.Add(-int64(n)) }
+func (c *capacity) unqueue(n int) { c.counts.Add(pack(0, -int64(n))) }
 
 // taken is release for n events taken from the queue: they leave the
-// untaken count too.
+// untaken count too, in the same atomic step.
 func (c *capacity) taken(n int, force bool) {
-	c.untaken.Add(-int64(n))
-	c.release(n, force)
+	c.counts.Add(pack(-int64(n), -int64(n)))
+	c.released(force)
 }
 
 // grantable is how many more events blocked producers may queue now: free
@@ -692,12 +726,13 @@ func (c *capacity) grantable() int64 {
 	if c.bytesAtMark.Load() {
 		return 0
 	}
-	return min(c.limit-c.held.Load(), c.highWater-c.untaken.Load())
+	h, u := split(c.counts.Load())
+	return min(c.limit-h, c.highWater-u)
 }
 
 // free is how many places are free (negative when more are held than the
 // limit, after a batch came back to the waiting room).
-func (c *capacity) free() int64 { return c.limit - c.held.Load() }
+func (c *capacity) free() int64 { return c.limit - c.held() }
 
 // batch is the number of free places that wakes blocked producers: a
 // batch's worth (see wakeWhen).
@@ -708,14 +743,14 @@ func (c *capacity) batch() int64 { return c.wakeAt }
 func (c *capacity) onRelease(ch chan struct{}) { c.freed = ch }
 
 // full reports whether the limit is reached.
-func (c *capacity) full() bool { return c.held.Load() >= c.limit }
+func (c *capacity) full() bool { return c.held() >= c.limit }
 
 // queued reports whether producers wait in line.
 func (c *capacity) queued() bool { return c.waiters.Load() > 0 }
 
 // hold takes n places whatever the limit: a batch returning to the waiting
 // room was accepted long ago and is never refused (R44).
-func (c *capacity) hold(n int) { c.held.Add(int64(n)) }
+func (c *capacity) hold(n int) { c.counts.Add(pack(int64(n), 0)) }
 
 // holdBatch holds the places of b, a batch that enters the waiting room
 // (see hold).
@@ -735,7 +770,12 @@ func (c *capacity) releaseBatches(bs ...*batch) {
 // release returns n places and wakes the line if wakeAt places are free or
 // force is set (the queue runs dry: any room is useful).
 func (c *capacity) release(n int, force bool) {
-	c.held.Add(-int64(n))
+	c.counts.Add(pack(-int64(n), 0))
+	c.released(force)
+}
+
+// released tells the disk reader and the line that places were released.
+func (c *capacity) released(force bool) {
 	if c.freed != nil {
 		signal(c.freed)
 	}

@@ -2,6 +2,7 @@ package analytics
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -310,7 +311,7 @@ func TestBlockedProducersWakeForABatchInLineOrder(t *testing.T) {
 	c.release(1, false)
 	require.True(t, woken(a) && woken(b) && woken(d), "three free places wake the line")
 	assert.True(t, a.granted && b.granted && d.granted)
-	assert.Equal(t, int64(4), c.held.Load(), "each woken producer holds its place")
+	assert.Equal(t, int64(4), c.held(), "each woken producer holds its place")
 	assert.False(t, c.queued())
 
 	e, f, g := c.await(), c.await(), c.await()
@@ -324,7 +325,7 @@ func TestBlockedProducersWakeForABatchInLineOrder(t *testing.T) {
 	assert.False(t, woken(g), "a producer that left is not woken")
 
 	// Close wakes the line without places.
-	c.hold(int(c.limit - c.held.Load())) // full again
+	c.hold(int(c.limit - c.held())) // full again
 	h := c.await()
 	require.False(t, woken(h))
 	c.wakeAll()
@@ -470,4 +471,56 @@ func TestEnqueueContextWaitsAtTheHighWaterMarkInBytes(t *testing.T) {
 		assert.Equal(t, []string{id(38), id(39)}, reqs[2].ids)
 		require.NoError(t, closeClient(t, c, time.Second))
 	})
+}
+
+// The two counts of capacity.counts survive packing and packed adds, a
+// borrow from a negative held count included.
+func TestCapacityCountsPack(t *testing.T) {
+	for _, p := range [][2]int64{{0, 0}, {1, 0}, {0, 1}, {-1, 0}, {-1, 5}, {5, -1}, {MaxQueueCapacity * 2, MaxQueueCapacity}, {-MaxQueueCapacity, 3}} {
+		h, u := split(pack(p[0], p[1]))
+		assert.Equal(t, p, [2]int64{h, u})
+		for _, d := range [][2]int64{{1, 1}, {-1, -1}, {-250, 0}, {0, -250}, {7, -3}} {
+			h, u := split(pack(p[0], p[1]) + pack(d[0], d[1]))
+			assert.Equal(t, [2]int64{p[0] + d[0], p[1] + d[1]}, [2]int64{h, u}, "%v + %v", p, d)
+		}
+	}
+}
+
+// R45: batches taken from a ring that wraps, cut by count and by bytes with
+// a per-event extra (R59), keep every event in order, each batch's bytes
+// are its events' exactly, the queue's byte count returns to zero, and no
+// slot of the ring keeps a taken event.
+func TestTakeAcrossTheRingsWrap(t *testing.T) {
+	q, _ := newQueueWith(queueOptions{capacity: 1 << 20, flushAt: 7, interval: time.Hour, maxBytes: 300, perEvent: 5})
+	next, want := 0, 0
+	for round := range 40 {
+		for range 5 + round%11 {
+			pad := strings.Repeat("x", next*7%53)
+			require.NoError(t, q.push(event{data: []byte(fmt.Sprintf(`{"n":%d,"p":%q}`, next, pad))}))
+			next++
+		}
+		for {
+			b, _ := q.take(time.Now())
+			if b == nil {
+				break
+			}
+			require.LessOrEqual(t, len(b.events), 7)
+			assert.Equal(t, eventBytes(b.events), b.bytes)
+			assert.True(t, len(b.events) == 1 || b.bytes+len(b.events)*5 <= 300, "within the byte budget")
+			for _, ev := range b.events {
+				var got struct{ N int }
+				require.NoError(t, json.Unmarshal(ev.data, &got))
+				require.Equal(t, want, got.N, "in order")
+				want++
+			}
+		}
+		queued := 0
+		for i := range q.n {
+			queued += weight(q.ring[q.ringIndex(i)].data, 5)
+		}
+		assert.Equal(t, queued, q.bytes, "round %d: the queued events' weight", round)
+		for i := 0; i < len(q.ring)-q.n; i++ {
+			require.Nil(t, q.ring[q.ringIndex(q.n+i)].data, "a free slot keeps nothing")
+		}
+	}
 }

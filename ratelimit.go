@@ -201,6 +201,7 @@ func (r *waitingRoom) rateLimited(now time.Time, d time.Duration, b *batch) (ope
 		opened = true
 	}
 	if now.Sub(r.start) >= r.limit {
+		r.places.holdBatch(b) // like those it fails with (see expireLocked)
 		expired = append(r.expireLocked(), b)
 		r.mu.Unlock()
 		return opened, expired, true
@@ -219,7 +220,9 @@ func (r *waitingRoom) rateLimited(now time.Time, d time.Duration, b *batch) (ope
 
 // expireLocked ends an episode that has lasted MaxRateLimitDuration (R35):
 // it clears the episode and its deadline and takes out every batch that
-// waits for a deadline. Batches waiting for their backoff stay.
+// waits for a deadline. Batches waiting for their backoff stay. The
+// batches taken out keep their places until their OnError has returned
+// (settler.rateLimitExceeded), so that memory stays within R43's bound.
 func (r *waitingRoom) expireLocked() []*batch {
 	r.start, r.deadline = time.Time{}, time.Time{}
 	r.answerProbeLocked() // no episode, no probe: everyone may go
@@ -228,7 +231,6 @@ func (r *waitingRoom) expireLocked() []*batch {
 	for _, w := range r.waiting {
 		if w.b.rateLimited {
 			expired = append(expired, w.b)
-			r.places.releaseBatches(w.b)
 		} else {
 			kept = append(kept, w)
 		}
@@ -338,7 +340,8 @@ func (r *waitingRoom) endProbe(probe chan struct{}) {
 // (R47). With the gate shut it returns the gate g; otherwise, with nothing
 // due (b nil), wait is how long until the next batch is due, or -1 when
 // none waits. A counted retry also needs a token of the retry allowance
-// (R63); without one it stays, and wait says when the token comes.
+// (R63); without one it stays, the oldest due batch that needs none goes in
+// its place (R32), and with none, wait says when the token comes.
 func (r *waitingRoom) takeTurn(now time.Time, held chan struct{}) (b *batch, wait time.Duration, g gateState) {
 	r.mu.Lock()
 	g = r.gateLocked(now, held)
@@ -355,13 +358,18 @@ func (r *waitingRoom) takeTurn(now time.Time, held chan struct{}) (b *batch, wai
 		r.mu.Unlock()
 		return nil, first.due.Sub(now), g
 	}
+	at := 0
 	if first.b.countedRetry() && !r.unpaced {
 		if wait := r.health.takeToken(now); wait > 0 {
-			r.mu.Unlock()
-			return nil, wait, g
+			// A due batch that needs no token (a rate-limited retry)
+			// does not wait behind it (R32, R63).
+			if at = r.dueWithoutTokenLocked(now); at < 0 {
+				r.mu.Unlock()
+				return nil, wait, g
+			}
 		}
 	}
-	b = heap.Pop(&r.waiting).(waiter).b
+	b = heap.Remove(&r.waiting, at).(waiter).b
 	more := len(r.waiting) > 0
 	r.mu.Unlock()
 	r.places.releaseBatches(b)
@@ -369,6 +377,18 @@ func (r *waitingRoom) takeTurn(now time.Time, held chan struct{}) (b *batch, wai
 		signal(r.ready) // another consumer takes or times the next one
 	}
 	return b, 0, g
+}
+
+// dueWithoutTokenLocked is the index of the oldest due batch that needs
+// no token of the retry allowance (R63), or -1.
+func (r *waitingRoom) dueWithoutTokenLocked(now time.Time) int {
+	at := -1
+	for i, w := range r.waiting {
+		if !now.Before(w.due) && !w.b.countedRetry() && (at < 0 || r.waiting.compare(i, at) < 0) {
+			at = i
+		}
+	}
+	return at
 }
 
 // close empties the room for the final hand-back at Close and gives the

@@ -65,7 +65,7 @@ func TestWaitingRoomEpisodeAndDeadline(t *testing.T) {
 	opened, _, _ = r.rateLimited(t0.Add(time.Second), time.Second, one())
 	assert.False(t, opened, "one episode")
 	assert.Equal(t, 5*time.Second, r.gate(t0, nil).wait)
-	assert.Equal(t, int64(2), places.held.Load(), "waiting events count against capacity")
+	assert.Equal(t, int64(2), places.held(), "waiting events count against capacity")
 	// Nothing is taken while the gate is closed.
 	tn := takeTurn(r, t0.Add(4*time.Second), nil)
 	assert.Nil(t, tn.b)
@@ -79,7 +79,7 @@ func TestWaitingRoomEpisodeAndDeadline(t *testing.T) {
 	assert.False(t, tn.gate.shut())
 	tn = takeTurn(r, t0.Add(5*time.Second), nil)
 	require.NotNil(t, tn.b)
-	assert.Zero(t, places.held.Load())
+	assert.Zero(t, places.held())
 	assert.False(t, r.gate(t0.Add(5*time.Second), nil).shut())
 
 	// A new episode: a batch waits for a deadline, another for its backoff.

@@ -448,7 +448,7 @@ func TestWaitingRoomDueOrderWithQueuedBatches(t *testing.T) {
 	for _, d := range dues {
 		require.True(t, room.wait(take(d.id), t0.Add(d.due)))
 	}
-	assert.Equal(t, int64(4), places.held.Load(), "waiting batches hold their places (R43)")
+	assert.Equal(t, int64(4), places.held(), "waiting batches hold their places (R43)")
 	tn := takeTurn(room, t0, nil)
 	assert.Nil(t, tn.b, "nothing is due yet")
 	assert.False(t, tn.gate.shut())
@@ -463,7 +463,7 @@ func TestWaitingRoomDueOrderWithQueuedBatches(t *testing.T) {
 		settle.delivered(b)
 	}
 	assert.Equal(t, []string{"b2", "b4", "b3", "b1"}, order)
-	assert.Zero(t, places.held.Load())
+	assert.Zero(t, places.held())
 	assert.Nil(t, q.mark(), "every event has its outcome")
 }
 

@@ -101,13 +101,18 @@ func (s *settler) batch(b *batch, err error) {
 }
 
 // rateLimitExceeded fails batches whose rate-limit episode ran out (R35).
+// They came out of the waiting room holding their places (expireLocked);
+// each gives them back once its OnError has returned, so a producer does not
+// fill QueueCapacity again beside events still in a callback (R43).
 func (s *settler) rateLimitExceeded(bs []*batch) {
 	if len(bs) == 0 {
 		return
 	}
 	s.log.Debug("rate-limit episode exceeded MaxRateLimitDuration")
 	for _, b := range bs {
+		n := b.Len() // settling b may recycle it
 		s.failed(b, b.budgetError(ErrRateLimitDurationExceeded))
+		s.q.releasePlaces(n)
 	}
 }
 

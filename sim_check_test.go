@@ -783,6 +783,7 @@ func simCheck(run *simRun) []simViolation {
 	}
 	if sc.Durable {
 		vs = append(vs, simCheckDurable(run, accepted, settledAt, outs)...)
+		vs = append(vs, simCheckCrash(run)...)
 	}
 	// Enqueue results (section 3, R43, R45, R65).
 	for _, e := range run.enq {

@@ -568,8 +568,30 @@ func (t *simTiming) earlyBatches(accepted map[string]time.Time) {
 	}
 	// Before any 413, R67's ramp cuts a batch over 8 KiB (or twice the
 	// largest body accepted) before it is sent: its pieces are smaller than
-	// FlushAt, and sent at once. A batch whose events, with every event
-	// still queued beside them, weigh under 8 KiB was not cut.
+	// FlushAt; the first is sent at once, the rest waits its turn in the
+	// waiting room, which may come long after (R47). A batch whose events,
+	// with every event still queued beside them, weigh no more than that
+	// was not cut; nor was a piece whose events, with the events of the
+	// first tries of fewer than FlushAt events next to them in enqueue
+	// order (the other pieces of the batch it may have been cut from, up
+	// to FlushAt events in all), weigh no more than that.
+	weight := func(id string) int {
+		p, i := simProducerOf(id)
+		pi, _ := strconv.Atoi(p)
+		if pi < len(sc.Producers) && sc.Producers[pi].Size > 0 {
+			return (i*7919+pi*104729)%(sc.Producers[pi].Size+1) + 400 // the producer's padding, and the rest of the event
+		}
+		return 0
+	}
+	ramp := func(at time.Time) int { // the ramp's limit at at: it only grows
+		n := 8 << 10
+		for _, b := range t.atts {
+			if b.final.status/100 == 2 && b.final.done.Before(at) {
+				n = max(n, 2*b.size)
+			}
+		}
+		return n
+	}
 	queued := func(at time.Time) int {
 		n := 0
 		for id, acc := range accepted {
@@ -579,10 +601,49 @@ func (t *simTiming) earlyBatches(accepted map[string]time.Time) {
 			if list := t.seenIDs[id]; len(list) > 0 && t.atts[list[0]].at.Before(at) {
 				continue
 			}
-			p, i := simProducerOf(id)
-			pi, _ := strconv.Atoi(p)
-			if pi < len(sc.Producers) && sc.Producers[pi].Size > 0 {
-				n += (i*7919+pi*104729)%(sc.Producers[pi].Size+1) + 400 // the producer's padding, and the rest of the event
+			n += weight(id)
+		}
+		return n
+	}
+	order := make([]string, 0, len(accepted))
+	for id := range accepted {
+		order = append(order, id)
+	}
+	sort.Slice(order, func(i, j int) bool { return accepted[order[i]].Before(accepted[order[j]]) })
+	pos := make(map[string]int, len(order))
+	for i, id := range order {
+		pos[id] = i
+	}
+	piece := func(id string) bool { // first sent in a first try of fewer than FlushAt events
+		list := t.seenIDs[id]
+		if len(list) == 0 {
+			return false
+		}
+		b := t.atts[list[0]]
+		return b.header.Get("X-Retry-Count") == "" && len(b.ids) < sc.FlushAt
+	}
+	around := func(ids []string) int {
+		lo, hi := len(order), -1
+		for _, id := range ids {
+			if i, ok := pos[id]; ok {
+				lo, hi = min(lo, i), max(hi, i)
+			}
+		}
+		if hi < 0 {
+			return 0
+		}
+		// Events accepted at the same instant may be queued in any order:
+		// the window takes in all of an instant's events.
+		for lo > 0 && hi-lo+1 < sc.FlushAt && piece(order[lo-1]) {
+			lo--
+		}
+		for hi < len(order)-1 && hi-lo+1 < sc.FlushAt && piece(order[hi+1]) {
+			hi++
+		}
+		n := 0
+		for id, acc := range accepted {
+			if !acc.Before(accepted[order[lo]]) && !acc.After(accepted[order[hi]]) {
+				n += weight(id)
 			}
 		}
 		return n
@@ -621,7 +682,7 @@ func (t *simTiming) earlyBatches(accepted map[string]time.Time) {
 		for _, f := range t.run.flushes {
 			asked = asked || !f.at.Before(first.Add(-simTolerance)) && !f.at.After(a.at.Add(simTolerance))
 		}
-		if asked || queued(a.at) > 8<<10 {
+		if asked || queued(a.at) > 8<<10 || around(a.ids) > ramp(a.at) {
 			continue
 		}
 		t.bad("R46", "attempt %d: a batch of %d events (FlushAt %d) sent %v after its first event (FlushInterval %v), no Flush or Close asked for it",

@@ -74,6 +74,9 @@ type simScenario struct {
 	// second client opens it against a server that answers 200 and must
 	// send every event the first one kept (docs/durable.md).
 	Durable bool `json:"durable,omitempty"`
+	// CrashAtMS: in durable mode, the process dies at this instant (0:
+	// never); a new client opens what it left (sim_crash_test.go).
+	CrashAtMS int `json:"crashAtMs,omitempty"`
 
 	// OAuth: bearer tokens from the simulated auth server, which issues
 	// them with expires_in TokenTTL seconds (R50).
@@ -272,6 +275,7 @@ func simGenerate(seed uint64, faults map[string]bool) simScenario {
 			s.AuthDownMS, s.AuthDownForMS = r.IntN(20000), pick(5000, 30000, 120000)
 		}
 	}
+	simDrawCrash(&s)
 	return s
 }
 
@@ -874,6 +878,8 @@ type simRun struct {
 	out2    []simOutcome
 	stats2  Stats
 	close2  error
+	// crash: what a crash left and the client that opened it (durable mode).
+	crash *simCrashState
 	// held is the highest accepted-and-not-settled count seen at an
 	// accept (R43's memory bound).
 	held int
@@ -936,6 +942,7 @@ func simExecute(sc simScenario, faults map[string]bool, dir string) *simRun {
 		return run
 	}
 
+	waitCrash := simStartCrash(run, dir)
 	var wg sync.WaitGroup
 	for p, pr := range sc.Producers {
 		wg.Add(1)
@@ -1063,8 +1070,10 @@ func simExecute(sc simScenario, faults map[string]bool, dir string) *simRun {
 		last = n
 	}
 	run.stats = c.Stats()
+	waitCrash()
 	if sc.Durable {
 		simReopen(run, dir)
+		simReopenCrashed(run)
 	}
 	return run
 }
