@@ -1015,15 +1015,15 @@ func simCheckDurable(run *simRun, accepted map[string]time.Time, outcomeAt func(
 			vs = append(vs, simViolation{rule, fmt.Sprintf(f, a...)})
 		}
 	}
-	if run.server2 == nil {
+	if run.next.server == nil {
 		return vs
 	}
-	if run.close2 != nil {
-		bad("R70", "the second client on the directory: %v", run.close2)
+	if run.next.close != nil {
+		bad("R70", "the second client on the directory: %v", run.next.close)
 		return vs
 	}
 	sent := map[string]bool{}
-	for _, r := range run.server2.requests() {
+	for _, r := range run.next.server.requests() {
 		if r.status >= 200 && r.status <= 299 {
 			for _, id := range r.ids {
 				sent[id] = true
@@ -1031,7 +1031,7 @@ func simCheckDurable(run *simRun, accepted map[string]time.Time, outcomeAt func(
 		}
 	}
 	got := map[string]int{}
-	for _, o := range run.out2 {
+	for _, o := range run.next.out {
 		got[o.id]++
 		if o.err != nil {
 			bad("R70", "%s: replayed against a server that answers 200, it got %v", o.id, o.err)
@@ -1065,7 +1065,7 @@ func simCheckDurable(run *simRun, accepted map[string]time.Time, outcomeAt func(
 			bad("INV1", "the next client reported %s, which was never accepted", id)
 		}
 	}
-	if st := run.stats2; st.Replayed != int64(want) || st.Delivered != int64(want) || st.Pending != 0 {
+	if st := run.next.stats; st.Replayed != int64(want) || st.Delivered != int64(want) || st.Pending != 0 {
 		bad("Stats", "the next client: Replayed %d, Delivered %d, Pending %d (torn %d, corrupt %d, missing %d); the first kept %d (OnDisk %d, Spilled %d)",
 			st.Replayed, st.Delivered, st.Pending, st.DiskTorn, st.DiskCorrupt, st.DiskMissing, want, run.stats.OnDisk, run.stats.Spilled)
 	}

@@ -15,12 +15,9 @@ package analytics
 // (durable_crash_unix_test.go) covers those instants.
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
 	"os"
-	"sync"
 	"testing/synctest"
 	"time"
 )
@@ -29,16 +26,12 @@ import (
 // at that instant, the accepted events and those whose callback had
 // returned (acknowledged on disk) or was still running.
 type simCrashState struct {
-	at       time.Time
-	dir      string
-	err      error // copying the directory failed
-	accepted map[string]bool
-	returned map[string]bool // a callback that reported it had returned
-	// The client on the copy.
-	server *simServer
-	out    []simOutcome
-	stats  Stats
-	close  error
+	at           time.Time
+	dir          string
+	err          error // copying the directory failed
+	accepted     map[string]bool
+	returned     map[string]bool // a callback that reported it had returned
+	simNextStart                 // the client on the copy
 }
 
 // simDrawCrash draws the crash of a durable world from a generator of its
@@ -99,31 +92,7 @@ func simReopenCrashed(run *simRun) {
 	if cr.err != nil {
 		return
 	}
-	srv := newSimServer(run.sc, run.faults)
-	srv.allOK = true
-	cr.server = srv
-	var mu sync.Mutex
-	rec := func(err error, msgs []Message) {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, m := range msgs {
-			id, wire := simIDOf(m)
-			cr.out = append(cr.out, simOutcome{id: id, wire: wire, err: err, at: time.Now()})
-		}
-	}
-	c, err := New("sim-key", WithEndpoint("http://api.test"), WithHTTPClient(&http.Client{Transport: srv}), WithDiskBuffer(cr.dir),
-		WithOnSuccess(func(m []Message) { rec(nil, m) }), WithOnError(rec))
-	if err != nil {
-		cr.close = err
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	cr.close = c.Close(ctx)
-	time.Sleep(time.Second)
-	mu.Lock()
-	defer mu.Unlock()
-	cr.stats = c.Stats()
+	cr.simNextStart = simStartOn(run, cr.dir)
 }
 
 // simCheckCrash checks the durable promises across the crash

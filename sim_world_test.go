@@ -874,10 +874,7 @@ type simRun struct {
 	stats     Stats
 	newErr    error
 	// Durable mode: the second client on the directory.
-	server2 *simServer
-	out2    []simOutcome
-	stats2  Stats
-	close2  error
+	next simNextStart // the next start on the directory, in durable worlds
 	// crash: what a crash left and the client that opened it (durable mode).
 	crash *simCrashState
 	// held is the highest accepted-and-not-settled count seen at an
@@ -1078,35 +1075,48 @@ func simExecute(sc simScenario, faults map[string]bool, dir string) *simRun {
 	return run
 }
 
-// simReopen is the next start on the directory: a client against a server
-// that answers 200, closed once everything has an outcome.
-func simReopen(run *simRun, dir string) {
-	sc := run.sc
-	srv := newSimServer(sc, run.faults)
+// simReopen is the next start on the directory after Close.
+func simReopen(run *simRun, dir string) { run.next = simStartOn(run, dir) }
+
+// simNextStart is what a client started on a directory of events left by
+// the one before saw: its server, its callbacks' outcomes, its Stats and
+// its Close.
+type simNextStart struct {
+	server *simServer
+	out    []simOutcome
+	stats  Stats
+	close  error
+}
+
+// simStartOn starts a client on dir against a server that answers 200,
+// and closes it once everything has an outcome.
+func simStartOn(run *simRun, dir string) (next simNextStart) {
+	srv := newSimServer(run.sc, run.faults)
 	srv.allOK = true
-	run.server2 = srv
+	next.server = srv
 	var mu sync.Mutex
 	rec := func(err error, msgs []Message) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, m := range msgs {
 			id, wire := simIDOf(m)
-			run.out2 = append(run.out2, simOutcome{id: id, wire: wire, err: err, at: time.Now()})
+			next.out = append(next.out, simOutcome{id: id, wire: wire, err: err, at: time.Now()})
 		}
 	}
 	c, err := New("sim-key", WithEndpoint("http://api.test"), WithHTTPClient(&http.Client{Transport: srv}), WithDiskBuffer(dir),
 		WithOnSuccess(func(m []Message) { rec(nil, m) }), WithOnError(rec))
 	if err != nil {
-		run.close2 = err
-		return
+		next.close = err
+		return next
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	run.close2 = c.Close(ctx)
+	next.close = c.Close(ctx)
 	time.Sleep(time.Second)
 	mu.Lock()
 	defer mu.Unlock()
-	run.stats2 = c.Stats()
+	next.stats = c.Stats()
+	return next
 }
 
 func simHash(s string) uint64 {
