@@ -130,29 +130,39 @@ type FieldError struct {
 // gets a new random one, written straight into the JSON.
 func (e *Encoder) Header(typ, id string, ts time.Time, userID, anonymousID string) {
 	e.typ = typ
-	e.buf = append(e.buf, `{"type":"`...)
-	e.buf = append(e.buf, typ...)
-	e.buf = append(e.buf, `","messageId":`...)
+	// Performance: the hot path appends to a local slice, which stays in
+	// registers, and stores it back once.
+	b := append(e.buf, `{"type":"`...)
+	b = append(b, typ...)
+	b = append(b, `","messageId":`...)
 	if id == "" {
-		e.buf = append(e.buf, '"')
-		e.buf = appendUUID(e.buf)
-		e.buf = append(e.buf, '"')
+		b = append(b, '"')
+		b = appendUUID(b)
+		b = append(b, '"')
 	} else {
-		e.buf = AppendString(e.buf, id)
+		b = AppendString(b, id)
 	}
-	e.buf = append(e.buf, `,"timestamp":"`...)
-	e.buf = appendTimestamp(e.buf, ts, &e.second)
-	e.buf = append(e.buf, '"')
-	e.OptionalString("userId", userID)
-	e.OptionalString("anonymousId", anonymousID)
+	b = append(b, `,"timestamp":"`...)
+	b = appendTimestamp(b, ts, &e.second)
+	b = append(b, '"')
+	if userID != "" {
+		b = appendField(b, "userId", userID)
+	}
+	if anonymousID != "" {
+		b = appendField(b, "anonymousId", anonymousID)
+	}
+	e.buf = b
 }
 
 // StringField writes the member "key":v.
-func (e *Encoder) StringField(key, v string) {
-	e.buf = append(e.buf, ',', '"')
-	e.buf = append(e.buf, key...)
-	e.buf = append(e.buf, '"', ':')
-	e.buf = AppendString(e.buf, v)
+func (e *Encoder) StringField(key, v string) { e.buf = appendField(e.buf, key, v) }
+
+// appendField appends the member ,"key":v (key needs no escaping).
+func appendField(b []byte, key, v string) []byte {
+	b = append(b, ',', '"')
+	b = append(b, key...)
+	b = append(b, '"', ':')
+	return AppendString(b, v)
 }
 
 // OptionalString writes the member "key":v unless v is empty.
@@ -251,11 +261,8 @@ func (e *Encoder) merged(m map[string]any, under *Members, library bool) {
 			first = false
 		}
 	}
-	for k, v := range m {
-		e.entry(&first, k, v, 0)
-		if e.err != nil {
-			return
-		}
+	if !e.entries(&first, m) {
+		return
 	}
 	if under != nil {
 		if len(m) == 0 {
@@ -294,6 +301,39 @@ func (e *Encoder) object(m map[string]any, depth int) {
 		}
 	}
 	e.buf = append(e.buf, '}')
+}
+
+// entries writes the members of m, as entry does, and reports false when
+// one could not be encoded (e.err). Performance: the common scalar values
+// are written here, on a local slice, without a call per member.
+func (e *Encoder) entries(first *bool, m map[string]any) bool {
+	b, comma := e.buf, !*first
+	for k, v := range m {
+		if comma {
+			b = append(b, ',')
+		}
+		comma = true
+		b = AppendString(b, k)
+		b = append(b, ':')
+		switch x := v.(type) {
+		case string:
+			b = AppendString(b, x)
+		case int:
+			b = strconv.AppendInt(b, int64(x), 10)
+		case bool:
+			b = strconv.AppendBool(b, x)
+		default:
+			e.buf = b
+			e.value(v, 1)
+			b = e.buf
+			if e.err != nil {
+				e.path = append(e.path, pathKey(k))
+				return false
+			}
+		}
+	}
+	e.buf, *first = b, !comma
+	return true
 }
 
 // entry writes one "key":value member of an object.
