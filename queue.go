@@ -16,9 +16,17 @@ import (
 // the batch closes, so a consumer that is needed elsewhere (a due batch in
 // the waiting room) holds none of them.
 type queue struct {
-	mu       sync.Mutex
-	ring     []event // events not yet taken into a batch, oldest at head
-	head, n  int
+	mu      sync.Mutex
+	ring    []event // events not yet taken into a batch, oldest at head
+	head, n int
+	// stale is how many slots right before head still hold events taken
+	// into batches (at most the free slots). Performance: take leaves them
+	// as they are rather than clear them, so that the producer's next
+	// writes to those slots do not first fetch the lines the consumer
+	// wrote; they are overwritten by later events, or cleared once the
+	// queue runs empty (clearStale), so the ring keeps no taken event
+	// while the client is idle.
+	stale    int
 	bytes    int       // encoded size of the queued events, a separator each
 	openedAt time.Time // when the batch of the oldest queued event opened (R46)
 	closed   bool      // Close was called: enqueue returns ErrClosed
@@ -166,6 +174,7 @@ func (q *queue) pushLocked(ev *event) error {
 	slot.epoch = q.ledger.add()
 	q.accepted++
 	q.n++
+	q.stale = min(q.stale, len(q.ring)-q.n) // the slot may have been a stale one
 	before := q.bytes
 	q.bytes += weight(slot.data, q.perEvent)
 	if q.n == 1 {
@@ -222,7 +231,7 @@ func (q *queue) resize(size int) {
 	for i := 0; i < q.n; i++ {
 		ring[i] = q.ring[q.ringIndex(i)]
 	}
-	q.ring, q.head = ring, 0
+	q.ring, q.head, q.stale = ring, 0, 0
 }
 
 // ringIndex is the ring slot of the i-th queued event (0 ≤ i < len(ring)):
@@ -314,15 +323,28 @@ func (q *queue) takeHead(b *batch, k, bytes int) {
 	b.events = b.events[:k]
 	run := q.ring[q.head:min(q.head+k, len(q.ring))]
 	copy(b.events, run)
-	clear(run)
 	if rest := k - len(run); rest > 0 { // the ring wrapped
 		copy(b.events[len(run):], q.ring[:rest])
-		clear(q.ring[:rest])
 	}
 	q.head = q.ringIndex(k)
 	q.n -= k
+	q.stale = min(q.stale+k, len(q.ring)-q.n) // the slots are not cleared (see stale)
+	if q.n == 0 {
+		q.clearStale()
+	}
 	q.bytes -= bytes + 1 + k*q.perEvent // their weights: the first's comma and each one's extra too
 	b.bytes = bytes
+}
+
+// clearStale clears the stale slots (see stale); q.mu is held.
+func (q *queue) clearStale() {
+	start := q.head - q.stale
+	if start < 0 { // the stale slots wrap: the ring's end, then its start
+		clear(q.ring[start+len(q.ring):])
+		start = 0
+	}
+	clear(q.ring[start:q.head])
+	q.stale = 0
 }
 
 // fitting is how many of the queued events, oldest first, the next batch
@@ -377,6 +399,7 @@ func (q *queue) load(evs []event) {
 		q.n++
 		q.bytes += weight(evs[i].data, q.perEvent) // as push counts it, so popping evens out
 	}
+	q.stale = min(q.stale, len(q.ring)-q.n)
 	q.noteMark()
 	q.mu.Unlock()
 	q.places.enqueued(len(evs))
@@ -425,6 +448,10 @@ func (q *queue) dropHead(head *event) {
 		q.head = 0
 	}
 	q.n--
+	q.stale = min(q.stale+1, len(q.ring)-q.n) // still before head, and cleared already
+	if q.n == 0 {
+		q.clearStale()
+	}
 }
 
 // close stops new events; it reports false if already closed.
