@@ -198,11 +198,15 @@ func (s *Sender) send(ctx context.Context, a Attempt) (r Result) {
 	// attempt's context ends (timeout or Close), the body is closed, which
 	// ends a read that the transport itself would not end (the raw
 	// connection of a 101, a RoundTripper that ignores the context).
-	stop := context.AfterFunc(ctx, func() { closeBody(resp.Body, s.log) })
-	defer func() {
-		stop()
-		closeBody(resp.Body, s.log)
-	}()
+	// net/http's own Transport ends such a read itself (it closes the
+	// connection when the request's context ends), so the close is
+	// registered for other RoundTrippers only. Performance: that saves a
+	// registration on the attempt's context per request.
+	defer closeBody(resp.Body, s.log)
+	if !endsReadsWithContext(s.client) {
+		stop := context.AfterFunc(ctx, func() { closeBody(resp.Body, s.log) })
+		defer stop()
+	}
 	r.Answer = answered(resp, s.redact)
 	if resp.StatusCode < 200 {
 		// A 1xx that reaches the client (101 Switching Protocols) carries
@@ -226,6 +230,19 @@ func (s *Sender) send(ctx context.Context, a Attempt) (r Result) {
 	}
 	drain(resp.Body, maxDrain, s.log) // R56
 	return r
+}
+
+// endsReadsWithContext reports whether client's responses come from
+// net/http's own Transport (its Transport, or http.DefaultTransport when
+// that is nil), whose response bodies end a read when the request's
+// context ends.
+func endsReadsWithContext(client *http.Client) bool {
+	rt := client.Transport
+	if rt == nil {
+		rt = http.DefaultTransport
+	}
+	_, std := rt.(*http.Transport)
+	return std
 }
 
 // bodyAgain is the attempt's body encoded anew into fresh buffers, for

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -280,6 +281,40 @@ func TestBodyReadEndsWithTheAttempt(t *testing.T) {
 			assert.LessOrEqual(t, time.Since(start), 3*time.Second, "status %d", status)
 		})
 	}
+}
+
+// R15, R56 with net/http's own Transport (the client closes no body on its
+// own then): a server that sends its status and then part of a body that
+// never ends, for every status class, holds Send no longer than the
+// attempt's context.
+func TestBodyReadEndsWithTheAttemptOnTheStandardTransport(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		status, _ := strconv.Atoi(r.URL.Query().Get("status"))
+		w.Header().Set("Content-Length", "100000")
+		w.WriteHeader(status)
+		_, _ = w.Write([]byte(`{"message":"`))
+		w.(http.Flusher).Flush()
+		<-release
+	}))
+	defer srv.Close()
+	defer close(release)
+	for _, client := range []*http.Client{{}, {Transport: http.DefaultTransport.(*http.Transport).Clone()}} {
+		require.True(t, endsReadsWithContext(client))
+		for _, status := range []int{200, 500} {
+			s := newTestSender(client, srv.URL+"/v1/batch?status="+strconv.Itoa(status), false)
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			start := time.Now()
+			r := s.Send(ctx, Attempt{Body: body})
+			took := time.Since(start)
+			cancel()
+			require.NoError(t, r.Err)
+			assert.Equal(t, status, r.Status)
+			assert.Less(t, took, 5*time.Second, "status %d: the read ended with the attempt", status)
+		}
+		client.CloseIdleConnections()
+	}
+	assert.False(t, endsReadsWithContext(&http.Client{Transport: roundTripFunc(nil)}), "any other RoundTripper gets the close")
 }
 
 // A panic of the RoundTripper, or a nil response without an error, is the
