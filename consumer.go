@@ -352,7 +352,11 @@ func (w *consumer) observe(b *batch, start time.Time, r attemptResult) {
 	}
 	info := AttemptInfo{Events: b.Len(), Bytes: r.sent, Retry: b.attempts,
 		Duration: time.Since(start), Err: r.cause, Status: r.status}
-	defer guard.Contain(w.log, userHook, nil)
+	defer func() {
+		if p := recover(); p != nil {
+			guard.Caught(w.log, userHook, p)
+		}
+	}()
 	w.onAttempt(info)
 }
 
@@ -677,11 +681,15 @@ func (s *settler) settle(evs []event, err error, logFailure bool) {
 
 // callback runs a user callback reporting n events, counted in running
 // while it runs; a panic is logged, not propagated, so a consumer survives
-// it (guard.go).
+// it (guard.go, internal/guard).
 func (s *settler) callback(running *atomic.Int64, n int64, f func()) {
 	running.Add(n)
 	defer running.Add(-n)
-	defer guard.Contain(s.log, userCallback, nil)
+	defer func() {
+		if p := recover(); p != nil {
+			guard.Caught(s.log, userCallback, p)
+		}
+	}()
 	f()
 }
 

@@ -382,7 +382,7 @@ func clip(s string) string {
 // into it goes through the functions below, which end a panic and
 // log it once at ERROR with its value and stack.
 
-// Names for guard.Contain, as they read in logs and errors.
+// Names for guard.Caught, as they read in logs and errors.
 const (
 	userHTTP      = "the HTTP client"
 	userBodyRead  = "reading the response body"
@@ -394,7 +394,11 @@ const (
 // error is an error too. (A nil Body needs nothing here: http.Client.Do
 // replaces it with an empty one, or fails when a length was announced.)
 func do(client *http.Client, req *http.Request, log *zap.Logger) (resp *http.Response, err error) {
-	defer guard.Contain(log, userHTTP, &err)
+	defer func() {
+		if p := recover(); p != nil {
+			err = guard.Caught(log, userHTTP, p)
+		}
+	}()
 	resp, err = client.Do(req)
 	if err == nil && resp == nil {
 		err = errNilResponse
@@ -410,7 +414,11 @@ var errNilResponse = errors.New("the HTTP client returned a nil *http.Response w
 // was read is kept); a panic ends it too and reports ok false, after which
 // the body is read no more.
 func readBody(body io.Reader, n int64, log *zap.Logger) (raw []byte, ok bool) {
-	defer guard.Contain(log, userBodyRead, nil)
+	defer func() {
+		if p := recover(); p != nil {
+			guard.Caught(log, userBodyRead, p)
+		}
+	}()
 	raw, _ = io.ReadAll(io.LimitReader(body, n))
 	return raw, true
 }
@@ -418,7 +426,11 @@ func readBody(body io.Reader, n int64, log *zap.Logger) (raw []byte, ok bool) {
 // drain reads and discards up to n bytes of body, so that the connection
 // can be reused; false when the body panicked.
 func drain(body io.Reader, n int64, log *zap.Logger) (ok bool) {
-	defer guard.Contain(log, userBodyRead, nil)
+	defer func() {
+		if p := recover(); p != nil {
+			guard.Caught(log, userBodyRead, p)
+		}
+	}()
 	_, _ = io.Copy(io.Discard, io.LimitReader(body, n))
 	return true
 }
@@ -426,7 +438,11 @@ func drain(body io.Reader, n int64, log *zap.Logger) (ok bool) {
 // closeBody closes body; an error or a panic changes nothing of the
 // attempt (the panic is logged).
 func closeBody(body io.Closer, log *zap.Logger) {
-	defer guard.Contain(log, userBodyClose, nil)
+	defer func() {
+		if p := recover(); p != nil {
+			guard.Caught(log, userBodyClose, p)
+		}
+	}()
 	_ = body.Close()
 }
 
