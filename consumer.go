@@ -13,6 +13,10 @@ import (
 	"github.com/relaykit/analytics-go/internal/guard"
 )
 
+// The consumers and their last step: a consumer takes a batch, makes one
+// attempt and acts on its verdict; the settler then gives each event its
+// disposition, runs the callbacks and keeps the client's counters.
+
 // consumer is one upload goroutine. It takes the next batch — one that is
 // due in the waiting room first, then a new one from the queue — makes one
 // attempt, and hands the verdict on: the batch is settled, or goes back to

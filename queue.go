@@ -16,6 +16,13 @@ import (
 	"github.com/relaykit/analytics-go/internal/wire"
 )
 
+// The queue and the batches it makes: the queue of accepted events with
+// its ledger and its capacity (the room producers wait for), then what a
+// consumer takes from it: the event, the batch and its bookkeeping through
+// retries and waits, the pool of batches, the weight of an event in a
+// body, and the isolation budget of a batch cut apart to find a poison
+// event.
+
 // queue is where accepted events wait until a consumer takes them as a
 // batch: a bounded FIFO ring, and the ledger that Flush and Close wait on.
 // One mutex guards both; producers never send on a channel that Close

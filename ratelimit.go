@@ -16,6 +16,11 @@ import (
 	"github.com/relaykit/analytics-go/internal/wire"
 )
 
+// What the client knows of the server, shared by every consumer: the
+// waiting room with its gate and rate-limit episode, the server's health
+// and retry allowance, the lines the logs give a failing server, and, at
+// the end of the file, the limits learned from the server's refusals.
+
 // waitingRoom is where a batch waits to be sent again, and the state about
 // the server every consumer shares (R29, R31–R35, R55, R60). A batch waits
 // here for its counted backoff or for a Retry-After deadline, ordered by
@@ -25,7 +30,7 @@ import (
 // when it has been served (R33), the episode when rate limiting stops
 // (R34). Beside them the room keeps the server's health (R60–R63): how many
 // 2xx answers arrived, the recent answers, the retry allowance, and what
-// the logs say about a failing server (R51); they are at the end of this
+// the logs say about a failing server (R51); they follow the room in this
 // file. One mutex guards it all.
 type waitingRoom struct {
 	mu     sync.Mutex

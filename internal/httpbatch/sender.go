@@ -7,6 +7,11 @@
 // It knows nothing of batches, queues or retries: the body comes as a
 // function that encodes it, and what happens to the batch next is the
 // caller's. It imports nothing from the rest of the module.
+//
+// This file is one attempt and its verdict: the sender, the calls into the
+// user's http.Client and bodies, and Judge, which turns the Answer into an
+// Outcome. The redirect policy, Retry-After parsing and the OAuth token
+// source are in redirect.go, retryafter.go and token.go.
 package httpbatch
 
 import (

@@ -8,6 +8,10 @@ import (
 	"time"
 )
 
+// The bytes of events once they are accepted: the request body around a
+// batch (with the per-event sentAt), the slabs that hold event JSON, and
+// the time text both the encoder and the body's sentAt write.
+
 // A request body is {"batch":[…],"sentAt":…,"writeKey":…}: the events'
 // JSON as encoded at acceptance, comma separated, then the caller's extra
 // members, the attempt's sentAt and the write key. With the per-event
