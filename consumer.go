@@ -36,7 +36,7 @@ type consumer struct {
 	timer     *time.Timer
 	probe     chan struct{}     // the probe this consumer holds after a deadline, nil if none (R64)
 	onAttempt func(AttemptInfo) // WithAttemptHook; nil without
-	limits    *learnedLimits    // what the server's refusals taught (learned.go)
+	limits    *learnedLimits    // what the server's refusals taught (ratelimit.go)
 	trying    chan struct{}     // the turn of an untried body size this consumer holds, nil if none (R69)
 	outage    *outageLog        // lines about a failing server (ratelimit.go)
 	search    int64             // the search for the body limit during which the attempt was sent (R67)
@@ -449,9 +449,9 @@ func (w *consumer) adapt(b *batch, r attemptResult, now time.Time) bool {
 
 // How a consumer cuts a batch (docs/delivery.md R3, R66–R68). Every cut
 // keeps the events in order and carries the batch's attempts and budgets
-// on to both pieces (cutAt, batch.go):
+// on to both pieces (cutAt, queue.go):
 //
-//   - before sending, a batch over a learned limit (learned.go) is cut down
+//   - before sending, a batch over a learned limit (ratelimit.go) is cut down
 //     to it, and the rest waits its turn (fit);
 //   - after a 400 on a batch of several events, it is halved until the
 //     events at fault are alone, within a request budget (isolate, R66);
