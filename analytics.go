@@ -631,62 +631,6 @@ func (c *Client) fastClose() {
 	}
 }
 
-// Stats are cumulative counters of a Client, in events unless named
-// otherwise. Read them with Client.Stats; safe for concurrent use.
-type Stats struct {
-	Delivered         int64 // events answered 2xx
-	Failed            int64 // events reported to OnError as failed
-	HandedBack        int64 // events handed back at shutdown (ErrShutdownInterrupted); in durable mode kept on disk, without a callback
-	RejectedQueueFull int64 // enqueue calls rejected with ErrQueueFull
-	Pending           int64 // accepted events without a disposition yet
-	Batches           int64 // batches delivered
-	Requests          int64 // HTTP attempts made
-	Retries           int64 // counted retries sent (a retry cut off by Close is not counted)
-	RateLimited       int64 // responses with a usable Retry-After
-	RateLimitWaits    int64 // waits of a consumer at the closed rate-limit gate
-	Isolations        int64 // batches answered 400 and sent again as two halves to isolate the events at fault (R66)
-
-	// Limits learned from the server's refusals since New (R67, R68); 0
-	// until one is learned. Batches close at or below them.
-	BodyLimit  int64 // request body in bytes (uncompressed), after a 413
-	EventLimit int64 // events per batch, after repeated 429s without Retry-After
-
-	// Enqueue calls by outcome: each returns nil (Accepted) or exactly one
-	// error, counted by reason (ErrQueueFull is RejectedQueueFull, above).
-	Accepted         int64 // enqueue calls that returned nil
-	RejectedInvalid  int64 // enqueue calls rejected with a *MessageError (ErrInvalidMessage)
-	RejectedTooLarge int64 // enqueue calls rejected with ErrEventTooLarge
-	RejectedClosed   int64 // enqueue calls rejected with ErrClosed
-	RejectedDisk     int64 // enqueue calls rejected with a *DiskError (durable mode)
-
-	// Durable mode only (WithDiskBuffer), found at New:
-	Replayed    int64 // events an earlier client left in the disk buffer, sent first (less records found not to be events when read back: those are in DiskCorrupt)
-	DiskTorn    int64 // torn records (a write cut short by a crash) skipped at New
-	DiskCorrupt int64 // corrupt regions before valid records skipped at New, and replayed records that were not events
-	DiskMissing int64 // segments lost from the directory (a gap in their numbers, or no valid header), found at New
-	DiskSkipped int64 // directory entries named like disk buffer files that are not regular files, ignored at New
-
-	// Durable mode: the disk as the buffer (QueueCapacity bounds memory,
-	// WithDiskLimit what is accepted; see WithDiskBuffer).
-	Spilled int64 // events accepted while memory was full (or events were already on disk only), written to the disk buffer only and read back later
-	// DiskLost: accepted or replayed events whose records were found gone
-	// from disk before they could be read back (their segment file
-	// removed, replaced, cut short or overwritten by another process),
-	// at any time, Close included. They are counted in Failed too and get
-	// no callback (no message can be rebuilt from them); an error log
-	// line names how many.
-	DiskLost int64
-	// OnDisk is not cumulative: the accepted and replayed events that are
-	// on disk only now, waiting to be read back into memory. After Close
-	// it is the number Close kept there for the next client (in memory or
-	// on disk only before), counted in HandedBack and given no callback.
-	OnDisk int64
-	// DiskBytes is not cumulative either: what the disk buffer's files take
-	// now (the active segment at its preallocated size), which
-	// WithDiskLimit bounds; 0 after Close.
-	DiskBytes int64
-}
-
 // Stats returns a snapshot of the client's counters. Safe for concurrent
 // use; the counters are read one by one, not as one atomic snapshot.
 func (c *Client) Stats() Stats {
