@@ -53,9 +53,9 @@ var _ Tracker = (*Client)(nil)
 // reuse or change it after the call.
 //
 // Events flow one way: the queue (queue.go) → a consumer (consumer.go),
-// which cuts a batch to the limits the server taught (learned.go)
+// which cuts a batch to the limits the server taught (ratelimit.go)
 // and sends one attempt (request.go) → the verdict settles the batch
-// (settle.go) or puts it in the waiting room (ratelimit.go) until it may be
+// (consumer.go) or puts it in the waiting room (ratelimit.go) until it may be
 // sent again; a waiting batch holds no consumer.
 //
 // # Callbacks
@@ -104,7 +104,7 @@ type Client struct {
 //     memory-or-disk decision, and the disk reader's hand-over. While it
 //     is held, the append takes diskbuf's Log.mu, and the push (or the
 //     reader's load) queue.mu.
-//  2. learnedLimits.mu (learned.go): applyLocked hands the new budget to
+//  2. learnedLimits.mu (ratelimit.go): applyLocked hands the new budget to
 //     queue.setBudget, which takes queue.mu, then capacity.mu.
 //  3. waitingRoom.mu (ratelimit.go), which also guards the server's health
 //     and outage state kept in the room: holding and releasing places
@@ -116,8 +116,8 @@ type Client struct {
 //     appends and segments, then its acknowledgement file.
 //
 // The rest are leaves, under which no other mutex is taken:
-// tokenSource.mu (oauth.go), settler.dropMu (settle.go; the rejection
-// warning is logged under it) and isolation.mu (batch.go). The
+// tokenSource.mu (oauth.go), settler.dropMu (consumer.go; the rejection
+// warning is logged under it) and isolation.mu (queue.go). The
 // durable.beforeBatch hook of queue.take (queue.onTake) runs after
 // queue.mu is released.
 

@@ -12,12 +12,13 @@ import (
 // its RoundTripper, the response bodies they return, OnSuccess, OnError,
 // the attempt hook and the logger. None of it may take the process down
 // (docs/delivery.md R56, R16). Every function of this package that calls
-// into such code defers guard.Contain (internal/guard, shared with
-// internal/httpbatch), and guardCore, below, wraps the logger. The HTTP
-// client and its bodies are called only from internal/httpbatch, whose
-// guard.go holds those calls.
+// into such code (consumer.observe, settler.callback in consumer.go)
+// defers a recover and hands a panic to guard.Caught (internal/guard,
+// shared with internal/httpbatch), and guardCore, below, wraps the logger.
+// The HTTP client and its bodies are called only from internal/httpbatch,
+// whose sender.go holds those calls.
 
-// Names for guard.Contain, as they read in logs and errors.
+// Names for guard.Caught, as they read in logs and errors.
 const (
 	userCallback = "analytics callback"
 	userHook     = "analytics attempt hook"

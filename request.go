@@ -15,7 +15,7 @@ import (
 // errors of errors.go.
 
 // transport makes one attempt of a batch and judges the answer. The
-// engine (consumer.go, learned.go) acts on the judgement alone and
+// engine (consumer.go, ratelimit.go) acts on the judgement alone and
 // never reads the protocol behind it: adding a transport is one type that
 // implements attempt, with no change to the engine (transport_mem_test.go
 // is one, plugged in through settings.newTransport).

@@ -1,7 +1,9 @@
-// Package guard contains panics of code the user supplied (an http.Client
+// Package guard reports panics of code the user supplied (an http.Client
 // and its RoundTripper, response bodies, callbacks, hooks), so that none of
-// it takes the process down. Both the engine and internal/httpbatch defer
-// Contain around every call into such code.
+// it takes the process down. It is entered only when such code panicked:
+// both the engine and internal/httpbatch recover in a function they defer
+// around every call into that code, and hand what they recovered to
+// Caught.
 package guard
 
 import (
@@ -20,23 +22,27 @@ type PanicError struct {
 
 func (e *PanicError) Error() string { return e.What + " panicked: " + e.Value }
 
-// Contain ends a panic of the user code that the calling function ran
-// (what names it, as logs and errors read it): the panic is logged once at
-// ERROR with its value and stack, and, when err is not nil, *err becomes a
-// *PanicError. It must be deferred directly (defer guard.Contain(…)), as
-// recover requires. A nil log logs nothing.
-func Contain(log *zap.Logger, what string, err *error) {
-	r := recover()
-	if r == nil {
-		return
-	}
+// Caught reports p, the non-nil value recovered from a panic of the user
+// code named what (as logs and errors read it): it logs it once at ERROR
+// with its value and the stack, and returns it as a *PanicError, which a
+// caller with an error to give sets it to. It is called from the deferred
+// function that recovered p, while the panicking frames are still on the
+// stack, as in
+//
+//	defer func() {
+//		if p := recover(); p != nil {
+//			err = guard.Caught(log, what, p)
+//		}
+//	}()
+//
+// (recover works only when called by the deferred function itself). A nil
+// log logs nothing. Safe for concurrent use.
+func Caught(log *zap.Logger, what string, p any) *PanicError {
 	// fmt contains a panic of the value's own String or Error method.
-	value := fmt.Sprint(r)
+	value := fmt.Sprint(p)
 	if log == nil {
 		log = zap.NewNop()
 	}
 	log.Error(what+" panicked", zap.String("panic", value), zap.ByteString("stack", debug.Stack()))
-	if err != nil {
-		*err = &PanicError{What: what, Value: value}
-	}
+	return &PanicError{What: what, Value: value}
 }
