@@ -538,3 +538,86 @@ func TestTakeAcrossTheRingsWrap(t *testing.T) {
 		require.Nil(t, q.ring[i].data, "the empty queue keeps no taken event in slot %d", i)
 	}
 }
+
+// R45: a batch takes the oldest events, as many as its body has room for
+// and at most FlushAt, whatever their sizes, the budget in force and the
+// path they were queued by (an enqueue call or a read from the disk
+// buffer): each take is checked against the events weighed one by one.
+func TestTakeFillsTheBatchAsFarAsItsBudget(t *testing.T) {
+	const perEvent = 40
+	q, _ := newQueueWith(queueOptions{capacity: 1 << 20, flushAt: 9, interval: time.Hour, maxBytes: 600, perEvent: perEvent})
+	// oneByOne is how many of the queued events, oldest first, fit: at
+	// most flushAt, the first whatever its size, each next one only while
+	// the events, their commas and perEvent bytes each are within maxBytes.
+	oneByOne := func() (n, bytes int) {
+		for n < q.n && n < q.flushAt {
+			size := len(q.ring[q.ringIndex(n)].data)
+			if n > 0 && bytes+1+size+(n+1)*perEvent > q.maxBytes {
+				break
+			}
+			if n > 0 {
+				bytes++ // the comma
+			}
+			bytes += size
+			n++
+		}
+		return n, bytes
+	}
+	next, want, full, short := 0, 0, 0, 0
+	newEvent := func() event {
+		pad := strings.Repeat("x", next*37%211) // from 0 to 210 bytes: batches close by count and by bytes
+		next++
+		return event{data: []byte(fmt.Sprintf(`{"n":%d,"p":%q}`, next-1, pad))}
+	}
+	for round := range 60 {
+		switch round % 3 {
+		case 0:
+			q.setBudget(600, 9)
+		case 1:
+			q.setBudget(250, 9) // one event of the largest alone
+		case 2:
+			q.setBudget(2000, 4)
+		}
+		takeAll := func() {
+			for {
+				q.mu.Lock()
+				n, bytes := oneByOne()
+				q.mu.Unlock()
+				b, _ := q.take(time.Now())
+				if b == nil {
+					return
+				}
+				require.Equal(t, n, len(b.events), "round %d: the events that fit", round)
+				require.Equal(t, bytes, b.bytes, "round %d: what they take in a body", round)
+				require.Equal(t, eventBytes(b.events), b.bytes)
+				if n == q.flushAt {
+					full++
+				} else {
+					short++
+				}
+				for _, ev := range b.events {
+					var got struct{ N int }
+					require.NoError(t, json.Unmarshal(ev.data, &got))
+					require.Equal(t, want, got.N, "in order")
+					want++
+				}
+			}
+		}
+		for i := range 3 + round%13 {
+			require.NoError(t, q.push(newEvent()))
+			if round%2 == 0 || i%5 == 4 {
+				takeAll() // a consumer at hand: batches close at the event that fills them
+			}
+		}
+		if round%4 == 0 {
+			evs := make([]event, 1+round%6)
+			for i := range evs {
+				evs[i] = newEvent()
+			}
+			q.load(evs) // durable mode's read-back
+		}
+		takeAll()
+	}
+	assert.Positive(t, full, "batches closed at FlushAt")
+	assert.Positive(t, short, "batches closed by bytes or by what was queued")
+}
