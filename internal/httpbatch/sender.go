@@ -72,13 +72,19 @@ type Sender struct {
 	gzip      bool
 	log       *zap.Logger
 	zw        *gzip.Writer // reused across attempts
+	// request is what every attempt's request starts from (Clone): the
+	// method, the parsed URL and the headers of an attempt with the write
+	// key's credentials; nil when the URL does not parse (badURL).
+	// Performance: the URL is parsed once, not per attempt.
+	request *http.Request
+	badURL  error
 
 	recycled atomic.Int32 // body buffers given back for reuse (tests)
 }
 
 // New returns a Sender for c.
 func New(c Config) *Sender {
-	return &Sender{
+	s := &Sender{
 		client:    c.Client,
 		url:       c.URL,
 		basic:     "Basic " + base64.StdEncoding.EncodeToString([]byte(c.WriteKey+":")),
@@ -87,6 +93,20 @@ func New(c Config) *Sender {
 		gzip:      c.Gzip,
 		log:       c.Log,
 	}
+	s.request, s.badURL = http.NewRequest(http.MethodPost, s.url, nil)
+	if s.request != nil {
+		// Exactly the header set of R5–R7; docs/reference.md lists it.
+		// Each attempt's request has a copy (Clone) and adds to it.
+		s.request.Header = http.Header{
+			"Content-Type":  {"application/json"},
+			"User-Agent":    {s.userAgent},
+			"Authorization": {s.basic},
+		}
+		if s.gzip {
+			s.request.Header["Content-Encoding"] = []string{"gzip"}
+		}
+	}
+	return s
 }
 
 // Client is the http.Client the Sender uses.
@@ -163,13 +183,17 @@ func (s *Sender) send(ctx context.Context, a Attempt) (r Result) {
 		r.Sent = len(*wire)
 		putBodyBuffer(plain, &s.recycled) // the transport reads only the compressed copy
 	}
-	use := newBodyUse(wire, &s.recycled)
-	ctx = httptrace.WithClientTrace(ctx, &use.trace)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(*wire))
-	if err != nil {
-		r.Answer = unanswered(err)
+	if s.badURL != nil {
+		r.Answer = unanswered(s.badURL)
 		return r
 	}
+	use := newBodyUse(wire, &s.recycled)
+	ctx = httptrace.WithClientTrace(ctx, &use.trace)
+	// As http.NewRequestWithContext makes it with a *bytes.Reader body,
+	// from the URL parsed once (s.request).
+	req := s.request.Clone(ctx)
+	req.Body = io.NopCloser(bytes.NewReader(*wire))
+	req.ContentLength = int64(len(*wire))
 	// A retry of net/http's own (a connection that closed under the
 	// request) reads the body again: encoded afresh, byte for byte the
 	// same, since the buffer may be in use elsewhere by then.
@@ -177,18 +201,8 @@ func (s *Sender) send(ctx context.Context, a Attempt) (r Result) {
 	req.GetBody = func() (io.ReadCloser, error) {
 		return io.NopCloser(bytes.NewReader(bodyAgain(a.Body, sentAt, gz))), nil
 	}
-	auth := s.basic
 	if a.Bearer != "" {
-		auth = a.Bearer
-	}
-	// Exactly the header set of R5–R7; docs/reference.md lists it.
-	req.Header = http.Header{
-		"Content-Type":  {"application/json"},
-		"User-Agent":    {s.userAgent},
-		"Authorization": {auth},
-	}
-	if s.gzip {
-		req.Header["Content-Encoding"] = []string{"gzip"}
+		req.Header["Authorization"] = []string{a.Bearer}
 	}
 	if a.Retry > 0 {
 		req.Header["X-Retry-Count"] = []string{strconv.Itoa(a.Retry)}
