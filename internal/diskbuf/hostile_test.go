@@ -142,14 +142,7 @@ func TestMissingSegmentCounted(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var refs []ackRef
-		for i := 0; i < 40; i++ {
-			s, off, err := l.Append(payload(i))
-			if err != nil {
-				t.Fatal(err)
-			}
-			refs = append(refs, ackRef{s, off})
-		}
+		refs := appendPayloads(t, l, 40)
 		// the middle of the log, newest first: holes between kept segments
 		var acks []ackRef
 		for i := 30; i >= 8; i-- {

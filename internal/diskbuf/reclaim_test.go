@@ -16,6 +16,21 @@ type ackRef struct {
 	off uint32
 }
 
+// appendPayloads appends payload(0) … payload(n-1) to l and returns where
+// each went, for ackAll.
+func appendPayloads(t *testing.T, l *Log, n int) []ackRef {
+	t.Helper()
+	refs := make([]ackRef, 0, n)
+	for i := range n {
+		s, off, err := l.Append(payload(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		refs = append(refs, ackRef{s, off})
+	}
+	return refs
+}
+
 func ackAll(t *testing.T, l *Log, refs []ackRef) {
 	t.Helper()
 	if err := l.Ack(len(refs), func(i int) (*Segment, uint32) { return refs[i].s, refs[i].off }); err != nil {

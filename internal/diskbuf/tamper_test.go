@@ -51,14 +51,7 @@ func TestFullDiskReclaimNotReportedLost(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var refs []ackRef
-		for i := 0; i < 40; i++ {
-			s, off, err := l.Append(payload(i))
-			if err != nil {
-				t.Fatal(err)
-			}
-			refs = append(refs, ackRef{s, off})
-		}
+		refs := appendPayloads(t, l, 40)
 		ackAll(t, l, refs[:20]) // the oldest segments: nothing live
 		// The ack file refuses every write from now on, as a full disk does.
 		l.ackMu.Lock()
@@ -106,14 +99,7 @@ func TestAckFilesDeleted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var refs []ackRef
-	for i := 0; i < 40; i++ {
-		s, off, err := l.Append(payload(i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		refs = append(refs, ackRef{s, off})
-	}
+	refs := appendPayloads(t, l, 40)
 	ackAll(t, l, refs[8:30]) // middle segments deleted with markers
 	l.Reclaim()
 	kill(l)
@@ -142,14 +128,7 @@ func TestMissingSegmentReportsItsEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var refs []ackRef
-	for i := 0; i < 40; i++ {
-		s, off, err := l.Append(payload(i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		refs = append(refs, ackRef{s, off})
-	}
+	refs := appendPayloads(t, l, 40)
 	ackAll(t, l, refs[8:9]) // one event of the second segment has its outcome
 	l.compactAt.Store(0)    // the next pass compacts
 	l.Reclaim()
@@ -193,14 +172,7 @@ func TestAckWriteRetried(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var refs []ackRef
-	for i := 0; i < 20; i++ {
-		s, off, err := l.Append(payload(i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		refs = append(refs, ackRef{s, off})
-	}
+	refs := appendPayloads(t, l, 20)
 	l.ackMu.Lock()
 	rw := l.ackF
 	ro, err := os.Open(rw.Name())
