@@ -39,7 +39,14 @@ func write(t *testing.T, dir string, n int, opts Options) {
 
 func reopen(t *testing.T, dir string) ([]string, Stats) {
 	t.Helper()
-	l, rec, err := Open(dir, Options{})
+	return reopenWith(t, dir, Options{})
+}
+
+// reopenWith opens dir with opts and returns the events replayed, in order,
+// and what Open skipped; the log is closed again.
+func reopenWith(t *testing.T, dir string, opts Options) ([]string, Stats) {
+	t.Helper()
+	l, rec, err := Open(dir, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -73,17 +73,9 @@ func TestFullDiskReclaimNotReportedLost(t *testing.T) {
 			t.Fatalf("no space given back in %d attempts: %d bytes, then %d", attempts, before, after)
 		}
 		var lines []string
-		l, rec, err := Open(dir, Options{Errorf: func(f string, a ...any) { lines = append(lines, f) }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		var got []string
-		for _, r := range rec {
-			got = append(got, string(r.Data))
-		}
-		if l.Stats() != (Stats{}) || len(lines) != 0 || strings.Join(got, "") != strings.Join(want(20, 40), "") {
-			t.Fatalf("stats %+v, errors %q, replayed %d (want the 20 not acknowledged)", l.Stats(), lines, len(got))
+		got, st := reopenWith(t, dir, Options{Errorf: func(f string, a ...any) { lines = append(lines, f) }})
+		if st != (Stats{}) || len(lines) != 0 || strings.Join(got, "") != strings.Join(want(20, 40), "") {
+			t.Fatalf("stats %+v, errors %q, replayed %d (want the 20 not acknowledged)", st, lines, len(got))
 		}
 		return
 	}
