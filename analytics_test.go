@@ -525,3 +525,69 @@ func TestCloseBoundedWithSlowOnError(t *testing.T) {
 		assert.Equal(t, map[string]int{"in-flight": 1, "queued": 1}, handed)
 	})
 }
+
+// R2: a stamped timestamp is the wall clock at the enqueue call. The
+// client reads the monotonic clock per event and the wall clock only once
+// per rebaseEvery (scratch.now), so this follows real time for longer than
+// several rebases, with no sleep: every delivered timestamp lies between
+// the wall clock read just before its Track call and just after it.
+func TestStampedTimestampsFollowTheWallClock(t *testing.T) {
+	api := newFakeAPI(nil)
+	c := newTestClient(t, api, nil, WithQueueCapacity(MaxQueueCapacity))
+	type bracket struct{ before, after time.Time }
+	var calls []bracket
+	start := time.Now()
+	for i := 0; time.Since(start) < 4*rebaseEvery; i++ {
+		before := time.Now()
+		require.NoError(t, c.Track(Track{MessageID: fmt.Sprint(i), UserID: "u", Event: "e"}))
+		calls = append(calls, bracket{before, time.Now()})
+	}
+	require.NoError(t, closeClient(t, c, 10*time.Second))
+	const slack = time.Millisecond // a step of the wall clock during the test
+	seen := 0
+	for _, r := range api.requests() {
+		var env struct {
+			Batch []struct {
+				MessageID string    `json:"messageId"`
+				Timestamp time.Time `json:"timestamp"`
+			} `json:"batch"`
+		}
+		require.NoError(t, json.Unmarshal(r.body, &env))
+		for _, e := range env.Batch {
+			var i int
+			_, err := fmt.Sscan(e.MessageID, &i)
+			require.NoError(t, err)
+			b := calls[i]
+			if e.Timestamp.Before(b.before.Add(-slack)) || e.Timestamp.After(b.after.Add(slack)) {
+				t.Fatalf("event %d stamped %s, called between %s and %s", i,
+					e.Timestamp.Format(time.RFC3339Nano), b.before.UTC().Format(time.RFC3339Nano), b.after.UTC().Format(time.RFC3339Nano))
+			}
+			seen++
+		}
+	}
+	assert.Equal(t, len(calls), seen, "every event delivered once")
+}
+
+// R2, with the clock under the test's control: events stamped just after
+// a rebase, just before the next and well after it carry the wall clock of
+// their call to the nanosecond.
+func TestStampedTimestampsAcrossRebases(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := newFakeAPI(nil)
+		c := newTestClient(t, api, nil, WithConsumers(1))
+		var want []string
+		for i, wait := range []time.Duration{0, time.Nanosecond, rebaseEvery / 3, rebaseEvery/2 + 7, rebaseEvery, 3 * rebaseEvery, time.Hour, 1} {
+			time.Sleep(wait)
+			want = append(want, time.Now().UTC().Format(time.RFC3339Nano))
+			require.NoError(t, c.Track(Track{MessageID: fmt.Sprint(i), UserID: "u", Event: "e"}))
+		}
+		require.NoError(t, closeClient(t, c, time.Second))
+		var got []string
+		for _, r := range api.requests() {
+			for _, e := range r.decoded["batch"].([]any) {
+				got = append(got, e.(map[string]any)["timestamp"].(string))
+			}
+		}
+		assert.Equal(t, want, got)
+	})
+}

@@ -309,6 +309,10 @@ type scratch struct {
 	// generator that replace time.Now and the id block. Nil in the client.
 	clock func() time.Time
 	newID func() string
+
+	// wall is the wall clock time of the last rebase, with its monotonic
+	// reading (see now).
+	wall time.Time
 }
 
 var scratches = sync.Pool{New: func() any { return &scratch{Scratch: wire.NewScratch()} }}
@@ -346,12 +350,27 @@ func putScratch(s *scratch) {
 }
 
 // now is the timestamp stamped on an event without one, always in UTC.
+//
+// Performance: time.Now reads two clocks, the wall clock and the monotonic
+// one. now reads only the monotonic clock and adds what it has moved since
+// the last rebase to the wall time read then; it reads time.Now again once
+// rebaseEvery has passed, so a step of the wall clock (NTP, a resume from
+// suspend, which the monotonic clock does not count) shows in the
+// timestamps within that much running time.
 func (s *scratch) now() time.Time {
 	if s.clock != nil {
 		return s.clock().UTC()
 	}
-	return time.Now().UTC()
+	if d := time.Since(s.wall); !s.wall.IsZero() && d >= 0 && d < rebaseEvery {
+		return s.wall.Add(d).UTC()
+	}
+	s.wall = time.Now()
+	return s.wall.UTC()
 }
+
+// rebaseEvery is how long now adds the monotonic clock's progress to one
+// reading of the wall clock before it reads the wall clock again.
+const rebaseEvery = 10 * time.Millisecond
 
 // messageID is a new message id: from the Fake's generator, or cut from
 // the id block.

@@ -193,6 +193,14 @@ func (e *Encoder) Tail(key string, m map[string]any, ctx, integrations map[strin
 			return e.encodeError(key)
 		}
 	}
+	if ctx == nil && defaultCtx == nil && integrations == nil && e.library != "" {
+		// The common end of an event: the library alone in the context,
+		// written without merging maps.
+		b := append(e.buf, `,"context":{"library":`...)
+		b = append(b, e.library...)
+		e.buf = append(b, '}', '}')
+		return nil
+	}
 	if e.library != "" || ctx != nil || defaultCtx != nil {
 		e.buf = append(e.buf, `,"context":`...)
 		e.merged(ctx, defaultCtx, e.library != "")
