@@ -349,7 +349,8 @@ func putScratch(s *scratch) {
 	scratches.Put(s)
 }
 
-// now is the timestamp stamped on an event without one, always in UTC.
+// now is the timestamp stamped on an event without one, always in UTC
+// (docs/delivery.md R2).
 //
 // Performance: time.Now reads two clocks, the wall clock and the monotonic
 // one. now reads only the monotonic clock and adds what it has moved since
