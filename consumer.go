@@ -247,19 +247,27 @@ func (w *consumer) endProbe() {
 // passGate checks the shared gate right before sending (R32, R64): if
 // another consumer's response shut it since b was taken, b goes back to the
 // waiting room (no attempt was made, nothing is counted) and passGate
-// returns false.
+// returns false. When this look ends an episode that ran out (R35), the
+// batches that waited for it fail first, and the gate is looked at again
+// after their OnError has returned: a callback may take long, and another
+// consumer's usable Retry-After may have shut the gate meanwhile.
 func (w *consumer) passGate(b *batch) bool {
-	now := time.Now()
-	g := w.room.gate(now, w.probe)
-	w.settle.rateLimitExceeded(g.expired)
-	if g.probe != nil {
-		w.probe = g.probe
+	for {
+		now := time.Now()
+		g := w.room.gate(now, w.probe)
+		if g.probe != nil {
+			w.probe = g.probe
+		}
+		if len(g.expired) > 0 {
+			w.settle.rateLimitExceeded(g.expired)
+			continue
+		}
+		if !g.shut() {
+			return true
+		}
+		w.park(b, now)
+		return false
 	}
-	if !g.shut() {
-		return true
-	}
-	w.park(b, now)
-	return false
 }
 
 // retryLater schedules a counted retry of b (R26–R28, R61), or fails it

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -680,6 +682,99 @@ func TestGateClosedAfterTakeSendsNothing(t *testing.T) {
 		tn = takeTurn(room, time.Now(), nil)
 		require.NotNil(t, tn.b, "the other batch, due at the deadline too")
 		w.attempt(tn.b)
+		assert.Nil(t, q.mark(), "every event has its outcome")
+	})
+}
+
+// R32, R35, INV5: the look at the gate that ends an episode that ran out
+// fails the batches that waited for it, and their OnError runs on that
+// consumer before it sends. A response taken in meanwhile may shut the gate
+// again: the batch in hand is not sent through it, since the gate is looked
+// at again after the callbacks.
+func TestGateLookedAtAgainAfterRateLimitCallbacks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := newFakeAPI(func(n int, r seen) reply {
+			if r.ids[0] == "mine" {
+				return reply{status: 200}
+			}
+			return ra(429, "5")
+		})
+		s, err := resolve("wk", []Option{WithEndpoint("http://api.test"), WithHTTPClient(&http.Client{Transport: api})})
+		require.NoError(t, err)
+		places := newCapacity(10)
+		q := newQueue(places, 1, batchEventBytes, time.Second)
+		room := newWaitingRoom(time.Second, places, defaultBackoffPolicy()) // MaxRateLimitDuration 1 s
+		cb := &callbacks{}
+		settle := &settler{log: zap.NewNop(), q: q, onError: func(err error, m []Message) {
+			cb.mu.Lock()
+			cb.errs = append(cb.errs, errCall{err: err, msgs: m, at: time.Now()})
+			cb.mu.Unlock()
+			time.Sleep(2 * time.Second) // a slow OnError
+		}}
+		limits := newLearnedLimits(q, wire.NewFrame("wk", nil, false), 1, batchEventBytes, 0)
+		consumer := func() *consumer {
+			w := &consumer{
+				q: q, room: room, transport: s.transport(s.uploadClient()), settle: settle,
+				policy: retryPolicy{maxRetries: 1, maxBackoffTotal: time.Hour, delay: defaultBackoffPolicy().delay, httpTimeout: time.Second},
+				log:    zap.NewNop(), interrupt: context.Background(), limits: limits,
+				timer: time.NewTimer(time.Hour),
+			}
+			w.timer.Stop()
+			return w
+		}
+		w, other := consumer(), consumer()
+		take := func(id string) *batch {
+			require.NoError(t, q.push(event{data: []byte(`{"type":"track","messageId":"` + id + `","userId":"u1","event":"Tested"}`)}))
+			b, _ := q.take(time.Now())
+			require.NotNil(t, b)
+			return b
+		}
+		start := time.Now()
+		other.attempt(take("first")) // 429, Retry-After 5: an episode until +1 s (the limit), the gate until +5 s
+		time.Sleep(time.Second)
+		// At +1 s the episode has run out. w takes "mine"; its look at the
+		// gate fails "first", whose OnError lasts until +3 s. At +2.5 s the
+		// other consumer's 429 starts a new episode and shuts the gate until
+		// +7.5 s, or until that episode runs out at +3.5 s.
+		mine := take("mine")
+		second := take("second")
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			time.Sleep(1500 * time.Millisecond)
+			other.attempt(second)
+		})
+		w.attempt(mine)
+		wg.Wait()
+		// What reached the server: each request's batch and its arrival.
+		sent := func() []string {
+			var out []string
+			for _, r := range api.requests() {
+				out = append(out, fmt.Sprintf("%s at +%v retry %q", strings.Join(r.ids, ","), r.at.Sub(start), r.retryCount()))
+			}
+			return out
+		}
+		assert.Equal(t, []string{`first at +0s retry ""`, `second at +2.5s retry ""`}, sent(),
+			"nothing is sent through the gate the 429 at +2.5 s shut")
+		errs := cb.errors()
+		require.Len(t, errs, 1)
+		assert.ErrorIs(t, errs[0].err, ErrRateLimitDurationExceeded)
+		require.Len(t, errs[0].msgs, 1)
+		assert.Equal(t, "first", errs[0].msgs[0].ID())
+		assert.Equal(t, time.Second, errs[0].at.Sub(start))
+
+		// "mine" waited in the room: it goes when the second episode runs
+		// out (+3.5 s), after that episode's batch has had its OnError (2 s).
+		// The turned-back take was no attempt: no X-Retry-Count.
+		b := w.nextBatch()
+		require.NotNil(t, b)
+		w.attempt(b)
+		assert.Equal(t, []string{`first at +0s retry ""`, `second at +2.5s retry ""`, `mine at +5.5s retry ""`}, sent())
+		errs = cb.errors()
+		require.Len(t, errs, 2)
+		assert.ErrorIs(t, errs[1].err, ErrRateLimitDurationExceeded)
+		require.Len(t, errs[1].msgs, 1)
+		assert.Equal(t, "second", errs[1].msgs[0].ID())
+		assert.Equal(t, 3500*time.Millisecond, errs[1].at.Sub(start))
 		assert.Nil(t, q.mark(), "every event has its outcome")
 	})
 }
