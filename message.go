@@ -362,8 +362,10 @@ func (s *scratch) now() time.Time {
 	if s.clock != nil {
 		return s.clock().UTC()
 	}
-	if d := time.Since(s.wall); !s.wall.IsZero() && d >= 0 && d < rebaseEvery {
-		return s.wall.Add(d).UTC()
+	if !s.wall.IsZero() {
+		if d := time.Since(s.wall); d >= 0 && d < rebaseEvery {
+			return s.wall.Add(d).UTC()
+		}
 	}
 	s.wall = time.Now()
 	return s.wall.UTC()
