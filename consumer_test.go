@@ -505,3 +505,44 @@ func countStatus(cb *callbacks, status int) int {
 	}
 	return n
 }
+
+// R35, R46: the OnError of the batches an expired rate-limit episode fails
+// runs on the consumer that noticed the expiry, and may take long. An open
+// batch whose FlushInterval passes meanwhile is not held back by it: with
+// other consumers free it goes when it is due, and with that consumer
+// alone it goes as soon as the callback returns.
+func TestExpiredEpisodeCallbacksDoNotDelayTheNextBatch(t *testing.T) {
+	for _, tc := range []struct {
+		consumers int
+		bAt       time.Duration
+	}{{1, 3500 * time.Millisecond}, {3, 2100 * time.Millisecond}} {
+		t.Run(fmt.Sprintf("consumers=%d", tc.consumers), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				api := newFakeAPI(func(n int, r seen) reply {
+					if r.ids[0] == "a" {
+						return ra(429, "60")
+					}
+					return reply{status: 200}
+				})
+				var failedAt []time.Duration
+				start := time.Now()
+				c := newTestClient(t, api, nil, WithConsumers(tc.consumers), WithFlushInterval(500*time.Millisecond),
+					WithMaxRateLimitDuration(time.Second), WithOnError(func(err error, evs []Message) {
+						failedAt = append(failedAt, time.Since(start))
+						time.Sleep(2 * time.Second) // a slow OnError
+					}))
+				mustTrack(t, c, "a") // sent at +0.5 s, 429: the episode runs out at +1.5 s
+				time.Sleep(1600 * time.Millisecond)
+				mustTrack(t, c, "b") // its batch is due at +2.1 s
+				time.Sleep(5 * time.Second)
+				require.NoError(t, closeClient(t, c, time.Second))
+				var sent []string
+				for _, r := range api.requests() {
+					sent = append(sent, fmt.Sprintf("%s at +%v", strings.Join(r.ids, ","), r.at.Sub(start)))
+				}
+				assert.Equal(t, []time.Duration{1500 * time.Millisecond}, failedAt, "a fails when the episode runs out")
+				assert.Equal(t, []string{"a at +500ms", fmt.Sprintf("b at +%v", tc.bAt)}, sent)
+			})
+		})
+	}
+}
