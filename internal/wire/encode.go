@@ -193,14 +193,6 @@ func (e *Encoder) Tail(key string, m map[string]any, ctx, integrations map[strin
 			return e.encodeError(key)
 		}
 	}
-	if ctx == nil && defaultCtx == nil && integrations == nil && e.library != "" {
-		// The common end of an event: the library alone in the context,
-		// written without merging maps.
-		b := append(e.buf, `,"context":{"library":`...)
-		b = append(b, e.library...)
-		e.buf = append(b, '}', '}')
-		return nil
-	}
 	if e.library != "" || ctx != nil || defaultCtx != nil {
 		e.buf = append(e.buf, `,"context":`...)
 		e.merged(ctx, defaultCtx, e.library != "")
@@ -260,6 +252,17 @@ func pathKey(k string) string {
 // context), it adds the library entry first unless m or the defaults have
 // their own.
 func (e *Encoder) merged(m map[string]any, under *Members, library bool) {
+	if m == nil && under == nil {
+		// The common case (a context with the library alone): nothing to
+		// merge, no map to look into.
+		e.buf = append(e.buf, '{')
+		if library {
+			e.buf = append(e.buf, `"library":`...)
+			e.buf = append(e.buf, e.library...)
+		}
+		e.buf = append(e.buf, '}')
+		return
+	}
 	e.buf = append(e.buf, '{')
 	first := true
 	if library {
