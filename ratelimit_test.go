@@ -642,18 +642,10 @@ func TestCloseHandsBackWaitingRoom(t *testing.T) {
 func TestGateClosedAfterTakeSendsNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		api := newFakeAPI(nil)
-		s, err := resolve("wk", []Option{WithEndpoint("http://api.test"), WithHTTPClient(&http.Client{Transport: api})})
-		require.NoError(t, err)
 		places := newCapacity(10)
 		q := newQueue(places, 1, batchEventBytes, time.Second)
 		room := newWaitingRoom(time.Hour, places, defaultBackoffPolicy())
-		w := &consumer{
-			q: q, room: room, transport: s.transport(s.uploadClient()),
-			settle: &settler{log: zap.NewNop(), q: q},
-			policy: retryPolicy{maxRetries: 1, maxBackoffTotal: time.Hour, delay: defaultBackoffPolicy().delay, httpTimeout: time.Second},
-			log:    zap.NewNop(), interrupt: context.Background(),
-			limits: newLearnedLimits(q, wire.NewFrame("wk", nil, false), 1, batchEventBytes, 0),
-		}
+		w := newGateConsumers(t, api, q, room, &settler{log: zap.NewNop(), q: q})()
 		// Another consumer's 429 closed the gate for 2 s; its batch waits
 		// until then, "mine" (turned back below) is due at once.
 		require.NoError(t, q.push(event{data: []byte(`{"messageId":"other"}`)}))
@@ -699,8 +691,6 @@ func TestGateLookedAtAgainAfterRateLimitCallbacks(t *testing.T) {
 			}
 			return ra(429, "5")
 		})
-		s, err := resolve("wk", []Option{WithEndpoint("http://api.test"), WithHTTPClient(&http.Client{Transport: api})})
-		require.NoError(t, err)
 		places := newCapacity(10)
 		q := newQueue(places, 1, batchEventBytes, time.Second)
 		room := newWaitingRoom(time.Second, places, defaultBackoffPolicy()) // MaxRateLimitDuration 1 s
@@ -711,17 +701,7 @@ func TestGateLookedAtAgainAfterRateLimitCallbacks(t *testing.T) {
 			cb.mu.Unlock()
 			time.Sleep(2 * time.Second) // a slow OnError
 		}}
-		limits := newLearnedLimits(q, wire.NewFrame("wk", nil, false), 1, batchEventBytes, 0)
-		consumer := func() *consumer {
-			w := &consumer{
-				q: q, room: room, transport: s.transport(s.uploadClient()), settle: settle,
-				policy: retryPolicy{maxRetries: 1, maxBackoffTotal: time.Hour, delay: defaultBackoffPolicy().delay, httpTimeout: time.Second},
-				log:    zap.NewNop(), interrupt: context.Background(), limits: limits,
-				timer: time.NewTimer(time.Hour),
-			}
-			w.timer.Stop()
-			return w
-		}
+		consumer := newGateConsumers(t, api, q, room, settle)
 		w, other := consumer(), consumer()
 		take := func(id string) *batch {
 			require.NoError(t, q.push(event{data: []byte(`{"type":"track","messageId":"` + id + `","userId":"u1","event":"Tested"}`)}))
@@ -777,6 +757,26 @@ func TestGateLookedAtAgainAfterRateLimitCallbacks(t *testing.T) {
 		assert.Equal(t, 3500*time.Millisecond, errs[1].at.Sub(start))
 		assert.Nil(t, q.mark(), "every event has its outcome")
 	})
+}
+
+// newGateConsumers returns a maker of consumers that share q, room and
+// settle and send to api, each as run prepares it (its timer stopped), for
+// tests that drive attempts and turns by hand: one counted retry, an HTTP
+// timeout of 1 s, never interrupted.
+func newGateConsumers(t *testing.T, api http.RoundTripper, q *queue, room *waitingRoom, settle *settler) func() *consumer {
+	s, err := resolve("wk", []Option{WithEndpoint("http://api.test"), WithHTTPClient(&http.Client{Transport: api})})
+	require.NoError(t, err)
+	limits := newLearnedLimits(q, wire.NewFrame("wk", nil, false), 1, batchEventBytes, 0)
+	return func() *consumer {
+		w := &consumer{
+			q: q, room: room, transport: s.transport(s.uploadClient()), settle: settle,
+			policy: retryPolicy{maxRetries: 1, maxBackoffTotal: time.Hour, delay: defaultBackoffPolicy().delay, httpTimeout: time.Second},
+			log:    zap.NewNop(), interrupt: context.Background(), limits: limits,
+			timer: time.NewTimer(time.Hour),
+		}
+		w.timer.Stop()
+		return w
+	}
 }
 
 // turn is what waitingRoom.takeTurn returns, as one value for the tests.
