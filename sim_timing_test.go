@@ -622,6 +622,29 @@ func (t *simTiming) earlyBatches(accepted map[string]time.Time) {
 		b := t.atts[list[0]]
 		return b.header.Get("X-Retry-Count") == "" && len(b.ids) < sc.FlushAt
 	}
+	// weigh[i] is the weight of order[:i]; an instant's events are
+	// order[firstAt[i]] to order[lastAt[i]].
+	weigh := make([]int, len(order)+1)
+	firstAt, lastAt := make([]int, len(order)), make([]int, len(order))
+	for i, id := range order {
+		weigh[i+1] = weigh[i] + weight(id)
+		firstAt[i] = i
+		if i > 0 && accepted[order[i-1]].Equal(accepted[id]) {
+			firstAt[i] = firstAt[i-1]
+		}
+	}
+	for i := len(order) - 1; i >= 0; i-- {
+		lastAt[i] = i
+		if i+1 < len(order) && accepted[order[i+1]].Equal(accepted[order[i]]) {
+			lastAt[i] = lastAt[i+1]
+		}
+	}
+	// around is the most the batch that ids were cut from may have
+	// weighed: the heaviest run of at most FlushAt events in enqueue order
+	// that holds ids and whose other events were pieces too, every
+	// alignment of it tried (the piece may have been the start, the middle
+	// or the end of its batch). Events accepted at the same instant may be
+	// queued in any order: a run takes in all of its end instants' events.
 	around := func(ids []string) int {
 		lo, hi := len(order), -1
 		for _, id := range ids {
@@ -632,21 +655,19 @@ func (t *simTiming) earlyBatches(accepted map[string]time.Time) {
 		if hi < 0 {
 			return 0
 		}
-		// Events accepted at the same instant may be queued in any order:
-		// the window takes in all of an instant's events.
-		for lo > 0 && hi-lo+1 < sc.FlushAt && piece(order[lo-1]) {
-			lo--
+		after := 0 // pieces right after hi
+		for hi+after+1 < len(order) && piece(order[hi+after+1]) {
+			after++
 		}
-		for hi < len(order)-1 && hi-lo+1 < sc.FlushAt && piece(order[hi+1]) {
-			hi++
-		}
-		n := 0
-		for id, acc := range accepted {
-			if !acc.Before(accepted[order[lo]]) && !acc.After(accepted[order[hi]]) {
-				n += weight(id)
+		best := 0
+		for l := lo; l >= 0 && hi-l+1 <= sc.FlushAt; l-- {
+			if l < lo && !piece(order[l]) {
+				break
 			}
+			h := min(hi+after, l+sc.FlushAt-1)
+			best = max(best, weigh[lastAt[h]+1]-weigh[firstAt[l]])
 		}
-		return n
+		return best
 	}
 	// A 429 without a usable Retry-After may be the first of the two in a
 	// row that teach the client an event limit (R68), after which batches
@@ -682,11 +703,12 @@ func (t *simTiming) earlyBatches(accepted map[string]time.Time) {
 		for _, f := range t.run.flushes {
 			asked = asked || !f.at.Before(first.Add(-simTolerance)) && !f.at.After(a.at.Add(simTolerance))
 		}
-		if asked || queued(a.at) > 8<<10 || around(a.ids) > ramp(a.at) {
+		q, cut, limit := queued(a.at), around(a.ids), ramp(a.at)
+		if asked || q > 8<<10 || cut > limit {
 			continue
 		}
-		t.bad("R46", "attempt %d: a batch of %d events (FlushAt %d) sent %v after its first event (FlushInterval %v), no Flush or Close asked for it",
-			ai, len(a.ids), sc.FlushAt, a.at.Sub(first), ms(sc.FlushIntervalMS))
+		t.bad("R46", "attempt %d: a batch of %d events (FlushAt %d, %d bytes) sent %v after its first event (FlushInterval %v), no Flush or Close asked for it (queued then %d, its batch at most %d, the ramp %d)",
+			ai, len(a.ids), sc.FlushAt, a.size, a.at.Sub(first), ms(sc.FlushIntervalMS), q, cut, limit)
 	}
 }
 

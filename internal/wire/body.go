@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -364,8 +365,11 @@ func appendTimestamp(b []byte, t time.Time, cache *secondText) []byte {
 	}
 	b = append(b, cache.text[:]...)
 	if ns := t.Nanosecond(); ns != 0 {
-		// nine digits: one, then four pairs
-		var f [10]byte
+		// nine digits: one, then four pairs, written in place (dst's spare
+		// capacity, grown once if short), the trailing zeros then cut
+		at := len(b)
+		b = slices.Grow(b, 11)[:at+10]
+		f := (*[10]byte)(b[at:])
 		f[0], f[1] = '.', byte('0'+ns/1e8)
 		r := ns % 1e8
 		put2(f[2:], r/1e6)
@@ -376,7 +380,7 @@ func appendTimestamp(b []byte, t time.Time, cache *secondText) []byte {
 		for f[n-1] == '0' {
 			n--
 		}
-		b = append(b, f[:n]...)
+		b = b[:at+n]
 	}
 	return append(b, 'Z')
 }
