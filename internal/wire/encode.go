@@ -590,26 +590,67 @@ func AppendString(b []byte, s string) []byte {
 
 // plainPrefix returns the length of the longest prefix of s that needs no
 // escaping in JSON (printable ASCII other than '"' and '\\'): eight bytes at
-// a time for long strings, a byte at a time through plainByte for short
-// ones (keys and most values), where that is faster.
+// a time (the last eight overlapping the bytes already checked), or four
+// for a string of four to seven bytes, then a byte at a time through
+// plainByte from the first word that has a byte to escape, and for strings
+// under four bytes.
 func plainPrefix(s string) int {
-	const lsb, msb = 0x0101010101010101, 0x8080808080808080
 	i := 0
-	for ; len(s) >= 16 && i+8 <= len(s); i += 8 {
-		x := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
-			uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
-		quote, backslash := x^(lsb*'"'), x^(lsb*'\\')
-		special := (x - lsb*0x20) & ^x // a byte below 0x20
-		special |= (quote - lsb) & ^quote
-		special |= (backslash - lsb) & ^backslash
-		if (special|x)&msb != 0 { // or a byte of 0x80 and above
-			break
+	switch {
+	case len(s) >= 8:
+		for ; i+8 <= len(s); i += 8 {
+			if !plain8(word8(s, i)) {
+				goto bytes
+			}
+		}
+		if i == len(s) || plain8(word8(s, len(s)-8)) {
+			return len(s)
+		}
+	case len(s) >= 4:
+		if plain4(word4(s, 0)) && plain4(word4(s, len(s)-4)) {
+			return len(s)
 		}
 	}
+bytes:
 	for i < len(s) && plainByte[s[i]] {
 		i++
 	}
 	return i
+}
+
+// word8 and word4 are the eight or four bytes of s from i, the first in
+// the lowest byte (one load each, as the compiler reads the pattern).
+func word8(s string, i int) uint64 {
+	s = s[i : i+8]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+}
+
+func word4(s string, i int) uint32 {
+	s = s[i : i+4]
+	return uint32(s[0]) | uint32(s[1])<<8 | uint32(s[2])<<16 | uint32(s[3])<<24
+}
+
+// plain8 and plain4 report whether no byte of x needs escaping: none is
+// below 0x20, '"', '\\' or 0x80 and above. (x - lsb·n) & ^x has a byte's
+// top bit set for some byte below n whenever there is one, and never
+// otherwise: a borrow starts only at such a byte.
+func plain8(x uint64) bool {
+	const lsb, msb = 0x0101010101010101, 0x8080808080808080
+	quote, backslash := x^(lsb*'"'), x^(lsb*'\\')
+	special := (x - lsb*0x20) & ^x
+	special |= (quote - lsb) & ^quote
+	special |= (backslash - lsb) & ^backslash
+	return (special|x)&msb == 0
+}
+
+func plain4(x uint32) bool {
+	const lsb, msb = 0x01010101, 0x80808080
+	quote, backslash := x^(lsb*'"'), x^(lsb*'\\')
+	special := (x - lsb*0x20) & ^x
+	special |= (quote - lsb) & ^quote
+	special |= (backslash - lsb) & ^backslash
+	return (special|x)&msb == 0
 }
 
 // plainByte[c] reports whether byte c is written as is in a JSON string.

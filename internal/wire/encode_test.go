@@ -57,9 +57,9 @@ func TestAppendTimestampMatchesRFC3339Nano(t *testing.T) {
 }
 
 // AppendString writes what encoding/json writes (without its HTML
-// escaping), for strings of every length around the eight-byte steps of its
-// fast path (taken from 16 bytes on), with each special byte and every
-// ASCII byte at each position.
+// escaping), for strings of every length around the four- and eight-byte
+// steps of its fast path, with each special byte and every ASCII byte at
+// each position.
 func TestAppendStringMatchesEncodingJSON(t *testing.T) {
 	specials := []string{"\"", "\\", "\n", "\x00", "\x1f", "\x7f", "é", "\xff", "€", "\u2028", " "}
 	for c := 0; c < utf8.RuneSelf; c++ { // every ASCII byte, for the table of plain bytes
