@@ -599,15 +599,15 @@ func plainPrefix(s string) int {
 	switch {
 	case len(s) >= 8:
 		for ; i+8 <= len(s); i += 8 {
-			if !plain8(word8(s, i)) {
+			if !plainWord(word8(s, i)) {
 				goto bytes
 			}
 		}
-		if i == len(s) || plain8(word8(s, len(s)-8)) {
+		if i == len(s) || plainWord(word8(s, len(s)-8)) {
 			return len(s)
 		}
 	case len(s) >= 4:
-		if plain4(word4(s, 0)) && plain4(word4(s, len(s)-4)) {
+		if plainWord(word4(s, 0)) && plainWord(word4(s, len(s)-4)) {
 			return len(s)
 		}
 	}
@@ -631,21 +631,13 @@ func word4(s string, i int) uint32 {
 	return uint32(s[0]) | uint32(s[1])<<8 | uint32(s[2])<<16 | uint32(s[3])<<24
 }
 
-// plain8 and plain4 report whether no byte of x needs escaping: none is
-// below 0x20, '"', '\\' or 0x80 and above. (x - lsb·n) & ^x has a byte's
-// top bit set for some byte below n whenever there is one, and never
-// otherwise: a borrow starts only at such a byte.
-func plain8(x uint64) bool {
-	const lsb, msb = 0x0101010101010101, 0x8080808080808080
-	quote, backslash := x^(lsb*'"'), x^(lsb*'\\')
-	special := (x - lsb*0x20) & ^x
-	special |= (quote - lsb) & ^quote
-	special |= (backslash - lsb) & ^backslash
-	return (special|x)&msb == 0
-}
-
-func plain4(x uint32) bool {
-	const lsb, msb = 0x01010101, 0x80808080
+// plainWord reports whether no byte of x, four or eight bytes, needs
+// escaping: none is below 0x20, '"', '\\' or 0x80 and above.
+// (x - lsb·n) & ^x has a byte's top bit set for some byte below n whenever
+// there is one, and never otherwise: a borrow starts only at such a byte.
+func plainWord[W uint32 | uint64](x W) bool {
+	lsb := ^W(0) / 0xff // 0x01 in every byte
+	msb := lsb << 7
 	quote, backslash := x^(lsb*'"'), x^(lsb*'\\')
 	special := (x - lsb*0x20) & ^x
 	special |= (quote - lsb) & ^quote
