@@ -656,10 +656,10 @@ func (t *simTiming) earlyBatches(accepted map[string]time.Time) {
 			return 0
 		}
 		after := 0 // pieces right after hi
-		for hi+after+1 < len(order) && piece(order[hi+after+1]) {
+		for hi+after+1 < len(order) && after < sc.FlushAt && piece(order[hi+after+1]) {
 			after++
 		}
-		best := 0
+		best := weigh[lastAt[hi]+1] - weigh[firstAt[lo]] // ids' own run, however long
 		for l := lo; l >= 0 && hi-l+1 <= sc.FlushAt; l-- {
 			if l < lo && !piece(order[l]) {
 				break

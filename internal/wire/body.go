@@ -365,7 +365,7 @@ func appendTimestamp(b []byte, t time.Time, cache *secondText) []byte {
 	}
 	b = append(b, cache.text[:]...)
 	if ns := t.Nanosecond(); ns != 0 {
-		// nine digits: one, then four pairs, written in place (dst's spare
+		// nine digits: one, then four pairs, written in place (b's spare
 		// capacity, grown once if short), the trailing zeros then cut
 		at := len(b)
 		b = slices.Grow(b, 11)[:at+10]
