@@ -557,8 +557,10 @@ func (t *simTiming) messageIDs(outs map[string][]simOutcome) {
 // earlyBatches checks R46 the other way round: a batch of fewer than
 // FlushAt events does not close before FlushInterval has passed since its
 // first event, unless a Flush or Close asked for it, its bytes filled it
-// (R45, R67's ramp), or the client may have held QueueCapacity events, or
-// it may have learned an event limit from 429s (R68). Worlds with
+// (R45, R67's ramp), events accepted after it were sent before it (it was
+// held apart, not closed by the queue), or the client may have held
+// QueueCapacity events, or it may have learned an event limit from 429s
+// (R68). Worlds with
 // learned limits (R67, R68) and durable mode (R70) cut and read back
 // batches by other rules and are left out.
 func (t *simTiming) earlyBatches(accepted map[string]time.Time) {
@@ -669,6 +671,34 @@ func (t *simTiming) earlyBatches(accepted map[string]time.Time) {
 		}
 		return best
 	}
+	// overtakenAfter[j] is the earliest first try of an event at order[j]
+	// or later (zero: none). A batch whose later events were sent before
+	// it was held apart (a piece waiting its turn in the waiting room,
+	// R47), not closed by the queue: the queue hands out its oldest
+	// events first, so an early close there is never overtaken.
+	overtakenAfter := make([]time.Time, len(order)+1)
+	for j := len(order) - 1; j >= 0; j-- {
+		overtakenAfter[j] = overtakenAfter[j+1]
+		if list := t.seenIDs[order[j]]; len(list) > 0 {
+			b := t.atts[list[0]]
+			if b.header.Get("X-Retry-Count") == "" && (overtakenAfter[j].IsZero() || b.at.Before(overtakenAfter[j])) {
+				overtakenAfter[j] = b.at
+			}
+		}
+	}
+	overtaken := func(a simAttempt) bool {
+		hi := -1
+		for _, id := range a.ids {
+			if i, ok := pos[id]; ok {
+				hi = max(hi, i)
+			}
+		}
+		if hi < 0 {
+			return false
+		}
+		at := overtakenAfter[lastAt[hi]+1] // events accepted at its last event's instant may be queued before it
+		return !at.IsZero() && at.Before(a.at.Add(-simTolerance))
+	}
 	// A 429 without a usable Retry-After may be the first of the two in a
 	// row that teach the client an event limit (R68), after which batches
 	// close at that many events: from its answer on, a small batch is no
@@ -704,7 +734,7 @@ func (t *simTiming) earlyBatches(accepted map[string]time.Time) {
 			asked = asked || !f.at.Before(first.Add(-simTolerance)) && !f.at.After(a.at.Add(simTolerance))
 		}
 		q, cut, limit := queued(a.at), around(a.ids), ramp(a.at)
-		if asked || q > 8<<10 || cut > limit {
+		if asked || q > 8<<10 || cut > limit || overtaken(a) {
 			continue
 		}
 		t.bad("R46", "attempt %d: a batch of %d events (FlushAt %d, %d bytes) sent %v after its first event (FlushInterval %v), no Flush or Close asked for it (queued then %d, its batch at most %d, the ramp %d)",
