@@ -641,6 +641,17 @@ func (t *simTiming) earlyBatches(accepted map[string]time.Time) {
 			lastAt[i] = lastAt[i+1]
 		}
 	}
+	// span is the first and last place of ids in enqueue order (-1 for
+	// the last when none was accepted).
+	span := func(ids []string) (lo, hi int) {
+		lo, hi = len(order), -1
+		for _, id := range ids {
+			if i, ok := pos[id]; ok {
+				lo, hi = min(lo, i), max(hi, i)
+			}
+		}
+		return lo, hi
+	}
 	// around is the most the batch that ids were cut from may have
 	// weighed: the heaviest run of at most FlushAt events in enqueue order
 	// that holds ids and whose other events were pieces too, every
@@ -648,12 +659,7 @@ func (t *simTiming) earlyBatches(accepted map[string]time.Time) {
 	// or the end of its batch). Events accepted at the same instant may be
 	// queued in any order: a run takes in all of its end instants' events.
 	around := func(ids []string) int {
-		lo, hi := len(order), -1
-		for _, id := range ids {
-			if i, ok := pos[id]; ok {
-				lo, hi = min(lo, i), max(hi, i)
-			}
-		}
+		lo, hi := span(ids)
 		if hi < 0 {
 			return 0
 		}
@@ -687,12 +693,7 @@ func (t *simTiming) earlyBatches(accepted map[string]time.Time) {
 		}
 	}
 	overtaken := func(a simAttempt) bool {
-		hi := -1
-		for _, id := range a.ids {
-			if i, ok := pos[id]; ok {
-				hi = max(hi, i)
-			}
-		}
+		_, hi := span(a.ids)
 		if hi < 0 {
 			return false
 		}

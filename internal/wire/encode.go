@@ -645,6 +645,9 @@ func plainWord[W uint32 | uint64](x W) bool {
 	return (special|x)&msb == 0
 }
 
+// hexDigits are the digits of a \u00XX escape.
+const hexDigits = "0123456789abcdef"
+
 // plainByte[c] reports whether byte c is written as is in a JSON string.
 var plainByte = func() (t [256]bool) {
 	for c := 0x20; c < utf8.RuneSelf; c++ {

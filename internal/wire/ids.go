@@ -6,8 +6,6 @@ import (
 	"slices"
 )
 
-const hexDigits = "0123456789abcdef"
-
 // appendUUID appends a new random (version 4) UUID.
 func appendUUID(dst []byte) []byte {
 	return appendUUIDFrom(dst, rand.Uint64(), rand.Uint64())
